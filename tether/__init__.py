@@ -1,0 +1,60 @@
+"""tether: run AI-agent sessions as supervised, durable actors.
+
+The public API. Everything else lives in the subpackages ``tether.actors``,
+``tether.supervisor`` and ``tether.runtime`` and may change without notice.
+"""
+
+from tether.actors.actor import Actor as Actor
+from tether.actors.messages import Event as Event
+from tether.actors.messages import Message as Message
+from tether.actors.ref import ActorRef as ActorRef
+from tether.errors import ActorNotFound as ActorNotFound
+from tether.errors import ActorStopped as ActorStopped
+from tether.errors import AskTimeout as AskTimeout
+from tether.errors import ConfigError as ConfigError
+from tether.errors import CorruptRecordError as CorruptRecordError
+from tether.errors import DeadLetterNotFound as DeadLetterNotFound
+from tether.errors import JournalWriteError as JournalWriteError
+from tether.errors import MessageDeadLettered as MessageDeadLettered
+from tether.errors import MessageRejected as MessageRejected
+from tether.errors import RuntimeClosed as RuntimeClosed
+from tether.errors import SchemaVersionError as SchemaVersionError
+from tether.errors import StaleLeaseError as StaleLeaseError
+from tether.errors import StoreError as StoreError
+from tether.errors import StoreOpenError as StoreOpenError
+from tether.errors import TetherError as TetherError
+from tether.runtime.memory_store import MemoryStore as MemoryStore
+from tether.runtime.runtime import Runtime as Runtime
+from tether.runtime.sqlite_store import SqliteStore as SqliteStore
+from tether.runtime.store import DeadLetter as DeadLetter
+from tether.runtime.store import Store as Store
+
+__all__ = (
+    # actors
+    "Actor",
+    "ActorRef",
+    "Event",
+    "Message",
+    # runtime and stores
+    "Runtime",
+    "Store",
+    "SqliteStore",
+    "MemoryStore",
+    "DeadLetter",
+    # errors
+    "TetherError",
+    "ConfigError",
+    "MessageRejected",
+    "ActorNotFound",
+    "ActorStopped",
+    "AskTimeout",
+    "MessageDeadLettered",
+    "DeadLetterNotFound",
+    "RuntimeClosed",
+    "StoreError",
+    "StoreOpenError",
+    "SchemaVersionError",
+    "CorruptRecordError",
+    "StaleLeaseError",
+    "JournalWriteError",
+)

@@ -1,0 +1,1 @@
+"""The actor model: messages, the Actor base class and the refs that address actors."""

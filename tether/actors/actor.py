@@ -1,0 +1,253 @@
+"""``Actor[S]``: private state, one message at a time, state as a fold of the journal.
+
+An actor class declares three things and the runtime derives everything else from them:
+
+* ``initial_state``: the state before the first event (a msgspec-encodable value);
+* ``apply(state, event) -> state``: pure; the journal is folded through it (I3);
+* ``async handle(msg)``: its parameter annotation (a type or a union) is the set of message
+  types the actor accepts, and its return value answers an ``ask``.
+
+The runtime binds each live instance to a cell (:class:`ActorCell`), which owns delivery,
+journaling and commits. Actors only talk to their cell, never to the store.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import msgspec
+
+from tether.actors.messages import Event, Message
+from tether.actors.ref import ActorRef
+from tether.errors import ConfigError
+
+S = TypeVar("S")
+
+
+class ActorCell(Protocol):
+    """What the runtime gives a live actor instance. Implemented by the runtime's cell."""
+
+    @property
+    def actor_id(self) -> str: ...
+
+    @property
+    def state(self) -> Any: ...
+
+    def persist(self, event: Event) -> None: ...
+
+    def ref(self, actor_id: str) -> ActorRef: ...
+
+    def self_ref(self) -> ActorRef: ...
+
+    def stop_self(self, reason: str) -> None: ...
+
+
+class Actor(Generic[S]):
+    """Base class of every actor. Subclass it as ``class Account(tether.Actor[AccountState])``.
+
+    ``self.state`` is the fold of the committed journal plus the events this handler has
+    persisted so far. ``self.persist(event)`` applies the event at once and commits it with the
+    message's acknowledgement (I2): if the handler raises, the event is gone and the state is
+    rolled back.
+    """
+
+    initial_state: ClassVar[Any]
+    _tether_cell: ActorCell
+
+    def apply(self, state: S, event: Any) -> S:
+        """Return the state after ``event``. Must be pure: it is replayed on every recovery."""
+        raise ConfigError(
+            f"{type(self).__qualname__} persisted an event but does not define apply(state, event)"
+        )
+
+    async def handle(self, msg: Any) -> Any:
+        """Process one message. The parameter annotation declares the accepted message types."""
+        raise ConfigError(f"{type(self).__qualname__} does not define handle(msg)")
+
+    async def on_start(self) -> None:
+        """Called after the state is recovered and before the first message is handled."""
+
+    async def on_stop(self) -> None:
+        """Called when the actor stops or passivates (not after a crash: there is no after)."""
+
+    # -- what handlers use -------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """This actor's id: its address, whether it is active or passivated."""
+        return self._tether_cell.actor_id
+
+    @property
+    def state(self) -> S:
+        """The current state: the committed fold plus this step's persisted events."""
+        state: S = self._tether_cell.state
+        return state
+
+    @property
+    def self_ref(self) -> ActorRef:
+        """A ref to this actor."""
+        return self._tether_cell.self_ref()
+
+    def persist(self, event: Event) -> None:
+        """Apply ``event`` to the state now; it is committed with this message's ack (I2)."""
+        self._tether_cell.persist(event)
+
+    def ref(self, actor_id: str) -> ActorRef:
+        """The ref of another actor. ``tell`` through it from a handler joins this step's outbox."""
+        return self._tether_cell.ref(actor_id)
+
+    def stop(self, reason: str = "normal") -> None:
+        """Stop this actor once the current step has committed."""
+        self._tether_cell.stop_self(reason)
+
+
+class ActorSpec(msgspec.Struct, frozen=True):
+    """What the runtime derives from an actor class, once per class."""
+
+    cls: type[Actor[Any]]
+    class_path: str
+    message_types: tuple[type[Message], ...]
+    event_types: tuple[type[Event], ...]
+    state_type: Any
+    reply_type: Any
+
+    @property
+    def accepted_names(self) -> tuple[str, ...]:
+        return tuple(t.__name__ for t in self.message_types)
+
+
+_specs: dict[type[Any], ActorSpec] = {}
+
+
+def actor_spec(cls: type[Any]) -> ActorSpec:
+    """Derive (and cache) an actor class's spec; a malformed class raises ``ConfigError``."""
+    spec = _specs.get(cls)
+    if spec is None:
+        spec = _derive_spec(cls)
+        _specs[cls] = spec
+    return spec
+
+
+def class_path(cls: type[Any]) -> str:
+    """``module:qualname``, the form stored in the actor registry and imported on recovery."""
+    if "<locals>" in cls.__qualname__:
+        raise ConfigError(
+            f"actor class {cls.__qualname__} is defined inside a function; the runtime must be "
+            "able to import it by name when it recovers the actor, so define it at module level"
+        )
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def import_class(path: str) -> type[Any]:
+    """Import ``module:qualname``; raise ``ConfigError`` naming the path if that fails."""
+    import importlib
+
+    module_name, _, qualname = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import actor class {path!r}: {exc}") from exc
+    if not isinstance(obj, type):
+        raise ConfigError(f"{path!r} is not a class")
+    return obj
+
+
+def _derive_spec(cls: type[Any]) -> ActorSpec:
+    name = cls.__qualname__
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise ConfigError(f"{name} is not a subclass of tether.Actor")
+    if cls.handle is Actor.handle:
+        raise ConfigError(f"{name} does not define async handle(self, msg)")
+    if not inspect.iscoroutinefunction(cls.handle):
+        raise ConfigError(f"{name}.handle must be an async def")
+    if not hasattr(cls, "initial_state"):
+        raise ConfigError(f"{name} does not set the class attribute initial_state")
+
+    handle_hints = _hints(cls.handle, f"{name}.handle")
+    params = [p for p in inspect.signature(cls.handle).parameters if p != "self"]
+    if len(params) != 1:
+        raise ConfigError(f"{name}.handle must take exactly one parameter (the message)")
+    if params[0] not in handle_hints:
+        raise ConfigError(
+            f"{name}.handle({params[0]}) has no type annotation; annotate it with the message "
+            "types the actor accepts, e.g. `msg: Deposit | GetBalance`"
+        )
+    message_types = _members(handle_hints[params[0]], Message, f"{name}.handle({params[0]})")
+    reply_type = handle_hints.get("return", Any)
+
+    event_types: tuple[type[Event], ...]
+    if cls.apply is Actor.apply:
+        event_types = ()
+    else:
+        apply_hints = _hints(cls.apply, f"{name}.apply")
+        apply_params = [p for p in inspect.signature(cls.apply).parameters if p != "self"]
+        if len(apply_params) != 2:
+            raise ConfigError(f"{name}.apply must take (state, event)")
+        event_annotation = apply_hints.get(apply_params[1], Event)
+        event_types = _members(event_annotation, Event, f"{name}.apply({apply_params[1]})")
+
+    state_type = getattr(cls, "state_type", None) or type(cls.initial_state)
+    try:
+        msgspec.msgpack.encode(cls.initial_state)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ConfigError(f"{name}.initial_state cannot be encoded by msgspec: {exc}") from exc
+    return ActorSpec(
+        cls=cls,
+        class_path=class_path(cls),
+        message_types=message_types,
+        event_types=event_types,
+        state_type=state_type,
+        reply_type=reply_type,
+    )
+
+
+def _hints(fn: Callable[..., Any], where: str) -> Mapping[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except (NameError, TypeError) as exc:
+        raise ConfigError(f"cannot resolve the type annotations of {where}: {exc}") from exc
+
+
+def _members(annotation: Any, base: type[Any], where: str) -> tuple[Any, ...]:
+    """The classes named by ``annotation`` (a class or a union), each a subclass of ``base``.
+
+    The base class itself (or ``Any``) stands for every subclass defined so far.
+    """
+    origin = typing.get_origin(annotation)
+    members = typing.get_args(annotation) if origin in (typing.Union, types.UnionType) else (annotation,)
+    found: list[type[Any]] = []
+    for member in members:
+        if member is type(None):
+            continue
+        if member is Any or member is base:
+            found.extend(_all_subclasses(base))
+        elif isinstance(member, type) and issubclass(member, base):
+            found.append(member)
+        else:
+            raise ConfigError(f"{where}: {member!r} is not a tether.{base.__name__} subclass")
+    if not found:
+        raise ConfigError(f"{where} names no tether.{base.__name__} types")
+    names: dict[str, type[Any]] = {}
+    for t in found:
+        if names.setdefault(t.__name__, t) is not t:
+            raise ConfigError(
+                f"{where}: two types share the tag {t.__name__!r} "
+                f"({names[t.__name__].__module__} and {t.__module__}); rename one"
+            )
+    return tuple(dict.fromkeys(found))
+
+
+def _all_subclasses(base: type[Any]) -> list[type[Any]]:
+    out: list[type[Any]] = []
+    stack = list(base.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        out.append(cls)
+        stack.extend(cls.__subclasses__())
+    return out

@@ -1,0 +1,1 @@
+"""The process-level system: Runtime, delivery, journal, group commit and the stores."""

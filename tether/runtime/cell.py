@@ -1,0 +1,409 @@
+"""The cell: one active actor's delivery loop, recovery and atomic steps.
+
+A cell exists while its actor is active in this process and holds the actor's lease (I8). It
+
+* rebuilds the state from the latest snapshot plus the journal after it (I3);
+* takes messages one at a time, in mailbox order, from an in-memory buffer that local sends fill
+  directly after their commit and that a store scan refills for sends from other processes;
+* counts each delivery attempt durably *before* the handler runs, so that a message that kills
+  the whole process is still counted and ends in dead letters after ``max_attempts`` (I7);
+* commits each processed message as one step — events, outbox, reply, ack — through the group
+  committer (I2), and only then answers the asker and forwards the outbox.
+
+Invariant: ``self.state`` and ``self.seq`` always equal the fold of the committed journal, except
+while a handler runs, when they also hold that handler's persisted events. A failed handler, a
+rejected commit or an unknown commit outcome restores them (from memory, or from the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections import deque
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from tether.actors.actor import Actor, ActorSpec
+from tether.actors.messages import Event
+from tether.actors.ref import ActorRef
+from tether.errors import ConfigError, CorruptRecordError, JournalWriteError, StaleLeaseError
+from tether.runtime import telemetry
+from tether.runtime.store import (
+    AttemptFailed,
+    Claim,
+    JournalRow,
+    LeaseRelease,
+    NewMessage,
+    Snapshot,
+    StepCommit,
+    StoredMessage,
+)
+
+if TYPE_CHECKING:
+    from tether.runtime.runtime import Runtime
+
+_JOURNAL_CHUNK = 20_000  # rows per journal read: few thread hops, bounded memory
+
+current_step: ContextVar[Step | None] = ContextVar("tether_current_step", default=None)
+
+
+class Step:
+    """What one handler invocation has produced so far."""
+
+    __slots__ = ("cell", "closed", "events", "outbox", "stop_reason")
+
+    def __init__(self, cell: Cell) -> None:
+        self.cell = cell
+        self.events: list[JournalRow] = []
+        self.outbox: list[NewMessage] = []
+        self.stop_reason: str | None = None
+        self.closed = False
+
+
+class Deactivate(Exception):
+    """The cell lost its lease or its actor was stopped elsewhere: leave without committing."""
+
+
+class Cell:
+    """One active actor. Implements ``tether.actors.actor.ActorCell`` for its instance."""
+
+    def __init__(self, runtime: Runtime, spec: ActorSpec, actor_id: str, init: dict[str, Any], fence: int) -> None:
+        self.runtime = runtime
+        self.spec = spec
+        self._actor_id = actor_id
+        self.init = init
+        self.fence = fence
+        self.buffer: deque[StoredMessage] = deque()
+        self.known: set[str] = set()  # msg ids in the buffer or being processed
+        self.claimed: set[str] = set()  # msg ids whose current attempt is already counted
+        self.seq = 0
+        self._state: Any = None
+        self.instance: Actor[Any] | None = None
+        self.step: Step | None = None
+        self.stop_reason: str | None = None
+        self.leaving = False
+        self.wake = asyncio.Event()
+        self.exited = asyncio.Event()
+        self.rescan_requested = True
+        self.processed = 0
+        self._msg_decoder = msgspec.msgpack.Decoder(
+            spec.message_types[0] if len(spec.message_types) == 1 else _union(spec.message_types)
+        )
+        self._event_decoder: msgspec.msgpack.Decoder[Any] | None = (
+            msgspec.msgpack.Decoder(_union(spec.event_types)) if spec.event_types else None
+        )
+        self._state_decoder = msgspec.msgpack.Decoder(spec.state_type)
+
+    # -- ActorCell protocol (what the actor instance sees) -------------------------------------
+
+    @property
+    def actor_id(self) -> str:
+        return self._actor_id
+
+    @property
+    def state(self) -> Any:
+        return self._state
+
+    def persist(self, event: Event) -> None:
+        step = self.step
+        if step is None or step.closed:
+            raise ConfigError(f"{self._actor_id}: persist() is only allowed inside handle()")
+        if not isinstance(event, Event):
+            raise TypeError(f"{self._actor_id}: persist() takes a tether.Event, not {type(event).__name__}")
+        if type(event) not in self.spec.event_types:
+            accepted = ", ".join(t.__name__ for t in self.spec.event_types) or "none"
+            raise ConfigError(
+                f"{self._actor_id}: {type(event).__name__} is not an event type of "
+                f"{self.spec.cls.__qualname__}.apply (it folds: {accepted})"
+            )
+        payload = self.runtime.encode(event)
+        assert self.instance is not None
+        self._state = self.instance.apply(self._state, event)
+        step.events.append(JournalRow(self.seq + len(step.events) + 1, payload))
+
+    def ref(self, actor_id: str) -> ActorRef:
+        return self.runtime.ref(actor_id)
+
+    def self_ref(self) -> ActorRef:
+        return self.runtime.ref(self._actor_id)
+
+    def stop_self(self, reason: str) -> None:
+        if self.step is None or self.step.closed:
+            raise ConfigError(f"{self._actor_id}: stop() is only allowed inside handle()")
+        self.step.stop_reason = reason
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Recover, then deliver until stopped, passivated or deactivated. Never raises."""
+        log = telemetry.log.bind(actor_id=self._actor_id)
+        try:
+            await self._recover()
+            assert self.instance is not None
+            await self.instance.on_start()
+            while True:
+                msg = await self._next()
+                if msg is not None:
+                    await self._deliver(msg)
+                    continue
+                if self.stop_reason is not None:
+                    break  # stopped for good: the stop's commit releases the lease
+                if self.leaving or self.runtime.detach_if_idle(self):
+                    await self._release()
+                    break
+            await self._safe_on_stop()
+        except Deactivate as exc:
+            log.info("actor_deactivated", reason=str(exc))
+        except Exception as exc:
+            # Recovery, on_start or a restart failed. The messages stay in the mailbox; the
+            # runtime records the failure and backs off before it activates the actor again.
+            log.error("actor_failed", error=repr(exc), exc_info=exc)
+            self.runtime.activation_failed(self._actor_id, exc)
+        finally:
+            self.runtime.cell_exited(self)
+            self.exited.set()
+
+    def leave(self) -> None:
+        """Finish the current message, then release the lease and leave (runtime shutdown)."""
+        self.leaving = True
+        self.wake.set()
+
+    async def _recover(self) -> None:
+        """Fold the committed journal (after the latest snapshot) into a fresh instance (I3)."""
+        store = self.runtime.store
+        snap = await store.load_snapshot(self._actor_id)
+        if snap is not None:
+            try:
+                state = self._state_decoder.decode(snap.state)
+            except msgspec.DecodeError as exc:
+                raise CorruptRecordError(f"snapshot of {self._actor_id!r} at seq {snap.seq} cannot be decoded: {exc}") from exc
+            seq = snap.seq
+        else:
+            state = self._state_decoder.decode(self.runtime.encode(self.spec.cls.initial_state))
+            seq = 0
+        instance = self._new_instance()
+        apply = instance.apply
+        decode = self._event_decoder.decode if self._event_decoder is not None else None
+        while True:
+            rows = await store.load_journal(self._actor_id, seq, _JOURNAL_CHUNK)
+            if rows and decode is None:
+                raise CorruptRecordError(f"{self._actor_id!r} has journal events but its class folds none")
+            for row in rows:
+                try:
+                    event = decode(row.payload)  # type: ignore[misc]
+                except msgspec.DecodeError as exc:
+                    raise CorruptRecordError(
+                        f"journal of {self._actor_id!r} at seq {row.seq} cannot be decoded: {exc}"
+                    ) from exc
+                state = apply(state, event)
+                seq = row.seq
+            if len(rows) < _JOURNAL_CHUNK:
+                break
+        self._state, self.seq, self.instance = state, seq, instance
+
+    def _new_instance(self) -> Actor[Any]:
+        try:
+            instance = self.spec.cls(**self.init)
+        except TypeError as exc:
+            raise ConfigError(f"cannot construct {self.spec.cls.__qualname__}(**{self.init!r}): {exc}") from exc
+        instance._tether_cell = self
+        return instance
+
+    async def restart(self) -> None:
+        """Replace the instance and re-fold the state from the store (never resumes in place)."""
+        if self.instance is not None:
+            with anyio.CancelScope(shield=True):
+                await self._safe_on_stop()
+        await self._recover()
+        assert self.instance is not None
+        await self.instance.on_start()
+
+    async def _safe_on_stop(self) -> None:
+        assert self.instance is not None
+        try:
+            await self.instance.on_stop()
+        except Exception as exc:
+            telemetry.log.warning("on_stop_failed", actor_id=self._actor_id, error=repr(exc))
+
+    async def _next(self) -> StoredMessage | None:
+        """The next message to deliver; None when stopping, leaving, or idle long enough."""
+        idle = self.runtime.passivate_after
+        while True:
+            if self.stop_reason is not None or self.leaving:
+                return None
+            if self.rescan_requested:
+                self.rescan_requested = False
+                await self._rescan()
+            if self.buffer:
+                return self.buffer[0]
+            self.wake.clear()
+            if idle is None:
+                await self.wake.wait()
+                continue
+            with anyio.move_on_after(idle):
+                await self.wake.wait()
+            if not self.wake.is_set():
+                return None
+
+    async def _rescan(self) -> None:
+        """Pick up messages stored by other processes (or before this activation)."""
+        rows = await self.runtime.store.pending(self._actor_id, self.runtime.clock(), 1000)
+        for m in rows:
+            if m.msg_id not in self.known:
+                self.known.add(m.msg_id)
+                self.buffer.append(m)
+        if len(rows) == 1000:
+            self.rescan_requested = True
+
+    def offer(self, msg: StoredMessage) -> None:
+        """Hand the cell a message that was just committed to its mailbox."""
+        if msg.msg_id not in self.known:
+            self.known.add(msg.msg_id)
+            self.buffer.append(msg)
+            self.wake.set()
+
+    async def _release(self) -> None:
+        """Give the lease back so that any runtime can activate the actor on its next message."""
+        try:
+            await self.runtime.committer.submit(LeaseRelease(self._actor_id, self.fence))
+        except StaleLeaseError:
+            pass  # a newer activation (here or elsewhere) holds it already: nothing to release
+        if not self.leaving:
+            telemetry.passivations.add(1)
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    async def _deliver(self, m: StoredMessage) -> None:
+        rt = self.runtime
+        max_attempts = rt.max_attempts
+        if m.msg_id not in self.claimed:
+            if m.attempts >= max_attempts:
+                # Every counted attempt began and none finished: the process died each time.
+                await self._fail(m, _unfinished(m, m.attempts), f"delivered {m.attempts} times without finishing")
+                return
+            await self._commit(Claim(self._actor_id, self.fence, m.msg_id))
+            m.attempts += 1
+            self.claimed.add(m.msg_id)
+            if m.attempts > 1:
+                telemetry.redeliveries.add(1)
+        try:
+            msg = self._msg_decoder.decode(m.payload)
+        except msgspec.DecodeError as exc:
+            errors = [*_unfinished(m, m.attempts - 1), f"attempt {m.attempts}: undecodable payload for {self._actor_id!r}: {exc}"]
+            await self._fail(m, errors, "undecodable message")
+            return
+
+        step = Step(self)
+        self.step = step
+        token = current_step.set(step)
+        state_before = self._state
+        try:
+            reply = await self.instance.handle(msg)  # type: ignore[union-attr]
+            reply_bytes = rt.encode_reply(self.spec, reply) if m.wants_reply else None
+        except Exception as exc:
+            self._state = state_before
+            errors = [*_unfinished(m, m.attempts - 1), f"attempt {m.attempts}: {type(exc).__name__}: {exc}"]
+            telemetry.log.warning(
+                "handler_failed", actor_id=self._actor_id, msg_id=m.msg_id, attempt=m.attempts,
+                error=repr(exc), traceback="".join(traceback.format_exception(exc)[-3:]),
+            )
+            if m.attempts >= max_attempts:
+                await self._fail(m, errors, f"failed {m.attempts} times")
+            else:
+                m.errors = errors
+                await self._commit(AttemptFailed(self._actor_id, self.fence, m.msg_id, errors))
+                self.claimed.discard(m.msg_id)
+                await rt.on_handler_failure(self, m, exc)
+            return
+        finally:
+            step.closed = True
+            self.step = None
+            current_step.reset(token)
+
+        events = step.events
+        new_seq = self.seq + len(events)
+        snapshot = None
+        every = rt.snapshot_every
+        if events and new_seq // every > self.seq // every:
+            snapshot = Snapshot(new_seq, rt.encode(self._state))
+        nxt = self.buffer[1] if len(self.buffer) > 1 else None
+        claim_next = nxt.msg_id if nxt is not None and nxt.msg_id not in self.claimed and nxt.attempts < max_attempts else None
+        commit = StepCommit(
+            actor_id=self._actor_id, fence=self.fence, msg_id=m.msg_id, events=events,
+            outbox=step.outbox, reply=reply_bytes, snapshot=snapshot, claim_next=claim_next,
+            stop_reason=step.stop_reason,
+        )
+        try:
+            result = await self._commit(commit)
+        except JournalWriteError:
+            # The outcome is unknown: the step may or may not be in the store. Never resume on
+            # top of a guess; rebuild from what is committed and look at the mailbox again.
+            self._state = state_before
+            await self._reload()
+            return
+        self.seq = new_seq
+        self.buffer.popleft()
+        self.known.discard(m.msg_id)
+        self.claimed.discard(m.msg_id)
+        self.processed += 1
+        if claim_next is not None and nxt is not None:
+            nxt.attempts += 1
+            self.claimed.add(claim_next)
+        telemetry.messages_handled.add(1)
+        rt.step_committed(self, m, reply, commit, result)
+        if step.stop_reason is not None:
+            self.stop_reason = step.stop_reason
+            rt.actor_stopped_itself(self, step.stop_reason)
+
+    async def _fail(self, m: StoredMessage, errors: list[str], why: str) -> None:
+        """Move ``m`` to dead letters with its error history; the actor goes on (I7)."""
+        reason = f"{why}; max_attempts={self.runtime.max_attempts}"
+        await self._commit(
+            AttemptFailed(self._actor_id, self.fence, m.msg_id, errors, dead_letter_reason=reason, now=self.runtime.clock())
+        )
+        if self.buffer and self.buffer[0] is m:
+            self.buffer.popleft()
+        self.known.discard(m.msg_id)
+        self.claimed.discard(m.msg_id)
+        telemetry.dead_letters.add(1)
+        telemetry.log.error("message_dead_lettered", actor_id=self._actor_id, msg_id=m.msg_id, reason=reason, errors=errors)
+        self.runtime.reply_failed(m.msg_id, self._actor_id, [*errors, reason])
+
+    async def _commit(self, write: Any) -> Any:
+        try:
+            return await self.runtime.committer.submit(write)
+        except StaleLeaseError as exc:
+            telemetry.stale_commits.add(1)
+            self._state_lost()
+            raise Deactivate(str(exc)) from exc
+
+    def _state_lost(self) -> None:
+        self.buffer.clear()
+        self.known.clear()
+        self.claimed.clear()
+
+    async def _reload(self) -> None:
+        self._state_lost()
+        self.rescan_requested = True
+        await self.restart()
+
+
+def _unfinished(m: StoredMessage, upto: int) -> list[str]:
+    """The error history, plus an entry for each counted attempt up to ``upto`` that never
+    reported back: the process stopped while it ran."""
+    errors = list(m.errors)
+    errors.extend(
+        f"attempt {n}: did not finish (the process stopped during delivery)"
+        for n in range(len(errors) + 1, upto + 1)
+    )
+    return errors
+
+
+def _union(types: tuple[type[Any], ...]) -> Any:
+    import typing
+
+    return typing.Union[types]  # noqa: UP007 - built at run time from a tuple
+

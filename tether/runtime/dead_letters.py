@@ -1,0 +1,46 @@
+"""``rt.dead_letters``: list, retry and discard messages that could not be processed (I7)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from tether.errors import ActorStopped, DeadLetterNotFound
+from tether.runtime.store import DeadLetter
+
+if TYPE_CHECKING:
+    from tether.runtime.runtime import Runtime
+
+log = structlog.get_logger("tether.dead_letters")
+
+
+class DeadLetters:
+    """The dead-letter store of one Runtime. Nothing is dropped without a record here."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def list(self, actor_id: str | None = None) -> list[DeadLetter]:
+        """Dead letters, oldest first, each with its payload, attempts and error history."""
+        return await self._rt.store.dead_letters(actor_id)
+
+    async def retry(self, msg_id: str) -> None:
+        """Put the message back at the end of its actor's mailbox with a fresh attempt count."""
+        letters = {d.msg_id: d for d in await self._rt.store.dead_letters()}
+        letter = letters.get(msg_id)
+        if letter is None:
+            raise DeadLetterNotFound(msg_id)
+        rec = await self._rt.store.get_actor(letter.actor_id)
+        if rec is not None and rec.status == "stopped":
+            raise ActorStopped(letter.actor_id, rec.stop_reason)
+        if await self._rt.store.retry_dead_letter(msg_id, self._rt.clock()) is None:
+            raise DeadLetterNotFound(msg_id)
+        log.info("dead_letter_retried", msg_id=msg_id, actor_id=letter.actor_id)
+        self._rt.wake_actor(letter.actor_id)
+
+    async def discard(self, msg_id: str) -> None:
+        """Delete a dead letter for good."""
+        if not await self._rt.store.discard_dead_letter(msg_id):
+            raise DeadLetterNotFound(msg_id)
+        log.info("dead_letter_discarded", msg_id=msg_id)

@@ -1,0 +1,285 @@
+"""``MemoryStore``: the same semantics as ``SqliteStore``, in dicts, for fast tests.
+
+It is what ``Runtime(":memory:")`` uses. It shares nothing between processes and survives
+nothing, so it is for tests of actor logic, never for durability.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from tether.errors import StoreError
+from tether.runtime.store import (
+    ActorRecord,
+    Batch,
+    BatchResult,
+    DeadLetter,
+    JournalRow,
+    NewMessage,
+    Reply,
+    Snapshot,
+    StoredMessage,
+)
+
+
+class _Row(msgspec.Struct):
+    seq: int
+    msg: NewMessage
+    attempts: int = 0
+    errors: list[str] = msgspec.field(default_factory=list)
+
+
+class _ReplyRow(msgspec.Struct):
+    reply: Reply
+    created_at: float
+
+
+class MemoryStore:
+    """A store in process memory. See the module docstring."""
+
+    def __init__(self) -> None:
+        self._open = False
+        self.actors: dict[str, ActorRecord] = {}
+        self.mailbox: dict[str, _Row] = {}  # msg_id -> row; dict order is insertion (= seq) order
+        self.dedup: dict[tuple[str, str], tuple[str, float]] = {}
+        self.journal: dict[str, list[JournalRow]] = {}
+        self.snapshots: dict[str, Snapshot] = {}
+        self.replies: dict[str, _ReplyRow] = {}
+        self.dead: dict[str, DeadLetter] = {}
+        self.runtimes: dict[str, tuple[str, str, int, float]] = {}
+        self._seq = 0
+
+    async def open(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    def _check(self) -> None:
+        if not self._open:
+            raise StoreError("memory store is not open")
+
+    async def apply(self, batch: Batch) -> BatchResult:
+        self._check()
+        result = BatchResult()
+        # Validate first, then mutate in place: nothing below the checks can fail, so a batch is
+        # applied whole or not at all, in time proportional to the batch, not to the store.
+        actors, mailbox, dedup, replies, dead = self.actors, self.mailbox, self.dedup, self.replies, self.dead
+        for op in (*batch.releases, *batch.steps, *batch.claims, *batch.failures):
+            rec = actors.get(op.actor_id)
+            if rec is None or rec.fence != op.fence:
+                result.stale.add(op.actor_id)
+        stale = result.stale
+        last_seq: dict[str, int] = {}
+        for st in batch.steps:
+            if st.actor_id in stale:
+                continue
+            for ev in st.events:
+                have = self.journal.get(st.actor_id)
+                prev = last_seq.get(st.actor_id, have[-1].seq if have else 0)
+                if ev.seq <= prev:
+                    raise StoreError(f"journal of {st.actor_id!r} already has seq {ev.seq}")
+                last_seq[st.actor_id] = ev.seq
+
+        for sp in batch.spawns:
+            actors.setdefault(sp.record.actor_id, sp.record)
+            result.spawned[sp.record.actor_id] = actors[sp.record.actor_id]
+        for rel in batch.releases:
+            rec = actors.get(rel.actor_id)
+            if rel.actor_id not in stale and rec is not None and rec.fence == rel.fence:
+                actors[rel.actor_id] = msgspec.structs.replace(rec, lease_owner=None, lease_expires=0.0)
+        for acq in batch.acquires:
+            rec = actors.get(acq.actor_id)
+            free = rec is not None and rec.status == "active" and (
+                rec.lease_owner is None
+                or rec.lease_owner == acq.owner
+                or rec.lease_expires < acq.now
+                or rec.lease_owner not in self.runtimes
+            )
+            if rec is not None and free:
+                rec = msgspec.structs.replace(
+                    rec, lease_owner=acq.owner, lease_expires=acq.expires, fence=rec.fence + 1
+                )
+                actors[acq.actor_id] = rec
+                result.leases[acq.actor_id] = rec.fence
+            else:
+                result.leases[acq.actor_id] = None
+
+        steps = [s for s in batch.steps if s.actor_id not in stale]
+        for m in [*batch.messages, *(o for s in steps for o in s.outbox)]:
+            if m.dedup_key is not None:
+                stored = dedup.setdefault((m.actor_id, m.dedup_key), (m.msg_id, m.created_at))[0]
+                if stored != m.msg_id:
+                    result.duplicates[m.msg_id] = stored
+                    continue
+            self._seq += 1
+            mailbox[m.msg_id] = _Row(seq=self._seq, msg=m)
+
+        for s in steps:
+            if s.events:
+                self.journal.setdefault(s.actor_id, []).extend(s.events)
+            if s.snapshot is not None:
+                self.snapshots[s.actor_id] = s.snapshot
+            row = mailbox.pop(s.msg_id, None)
+            if s.reply is not None and row is not None:
+                replies[s.msg_id] = _ReplyRow(Reply(s.msg_id, True, s.reply), row.msg.created_at)
+
+        claims = [c.msg_id for c in batch.claims if c.actor_id not in stale]
+        claims += [s.claim_next for s in steps if s.claim_next is not None]
+        for msg_id in claims:
+            row = mailbox.get(msg_id)
+            if row is not None:
+                mailbox[msg_id] = msgspec.structs.replace(row, attempts=row.attempts + 1)
+
+        def dead_letter(msg_id: str, reason: str, at: float) -> None:
+            row = mailbox.pop(msg_id, None)
+            if row is None:
+                return
+            if row.msg.wants_reply:
+                payload = msgspec.msgpack.encode([reason])
+                replies[msg_id] = _ReplyRow(Reply(msg_id, False, payload), at)
+            dead[msg_id] = DeadLetter(
+                msg_id=msg_id, actor_id=row.msg.actor_id, type=row.msg.type, payload=row.msg.payload,
+                attempts=row.attempts, errors=list(row.errors), reason=reason, created_at=at,
+            )
+
+        for f in batch.failures:
+            if f.actor_id in stale:
+                continue
+            row = mailbox.get(f.msg_id)
+            if row is not None:
+                mailbox[f.msg_id] = msgspec.structs.replace(row, errors=list(f.errors))
+            if f.dead_letter_reason is not None:
+                dead_letter(f.msg_id, f.dead_letter_reason, f.now)
+
+        now = time.time()
+        stops = [(s.actor_id, s.stop_reason, now) for s in steps if s.stop_reason is not None]
+        stops += [(st.actor_id, st.reason, st.now) for st in batch.stops]
+        for actor_id, reason, at in stops:
+            rec = actors.get(actor_id)
+            if rec is not None:
+                actors[actor_id] = msgspec.structs.replace(
+                    rec, status="stopped", stop_reason=reason, fence=rec.fence + 1,
+                    lease_owner=None, lease_expires=0.0,
+                )
+            for msg_id in [k for k, r in mailbox.items() if r.msg.actor_id == actor_id]:
+                dead_letter(msg_id, f"actor stopped: {reason}", at)
+
+        return result
+
+    async def get_actor(self, actor_id: str) -> ActorRecord | None:
+        self._check()
+        return self.actors.get(actor_id)
+
+    async def list_actors(self, *, parent_id: str | None = None) -> list[ActorRecord]:
+        self._check()
+        recs = [r for r in self.actors.values() if parent_id is None or r.parent_id == parent_id]
+        return sorted(recs, key=lambda r: (r.created_at, r.actor_id))
+
+    async def load_snapshot(self, actor_id: str) -> Snapshot | None:
+        self._check()
+        return self.snapshots.get(actor_id)
+
+    async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
+        self._check()
+        rows = self.journal.get(actor_id, [])
+        return [r for r in rows if r.seq > after_seq][:limit]
+
+    def _stored(self, row: _Row) -> StoredMessage:
+        m = row.msg
+        return StoredMessage(
+            msg_id=m.msg_id, actor_id=m.actor_id, type=m.type, payload=m.payload,
+            deliver_at=m.deliver_at, attempts=row.attempts, errors=list(row.errors),
+            wants_reply=m.wants_reply, seq=row.seq,
+        )
+
+    async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
+        self._check()
+        rows = [r for r in self.mailbox.values() if r.msg.actor_id == actor_id and r.msg.deliver_at <= now]
+        return [self._stored(r) for r in rows[:limit]]
+
+    async def new_messages(self, after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+        self._check()
+        rows = [r for r in self.mailbox.values() if r.seq > after_seq and r.msg.deliver_at <= now]
+        return [(r.seq, r.msg.actor_id, r.msg.msg_id) for r in rows[:limit]]
+
+    async def orphaned(self, now: float, limit: int) -> list[str]:
+        self._check()
+        out: dict[str, None] = {}
+        for r in self.mailbox.values():
+            rec = self.actors.get(r.msg.actor_id)
+            if rec is None or r.msg.deliver_at > now:
+                continue
+            if rec.lease_owner is None or rec.lease_expires < now or rec.lease_owner not in self.runtimes:
+                out[rec.actor_id] = None
+        return list(out)[:limit]
+
+    async def due_between(self, after: float, upto: float) -> list[str]:
+        self._check()
+        ids = (r.msg.actor_id for r in self.mailbox.values() if after < r.msg.deliver_at <= upto)
+        return list(dict.fromkeys(ids))
+
+    async def get_replies(self, msg_ids: list[str]) -> list[Reply]:
+        self._check()
+        return [self.replies[m].reply for m in msg_ids if m in self.replies]
+
+    async def find_dedup(self, actor_id: str, dedup_key: str) -> str | None:
+        self._check()
+        hit = self.dedup.get((actor_id, dedup_key))
+        return hit[0] if hit else None
+
+    async def renew_leases(self, owner: str, expires: float) -> None:
+        self._check()
+        for k, rec in self.actors.items():
+            if rec.lease_owner == owner:
+                self.actors[k] = msgspec.structs.replace(rec, lease_expires=expires)
+
+    async def register_runtime(self, runtime_id: str, host: str, pid: int, started: float) -> None:
+        self._check()
+        self.runtimes[runtime_id] = (runtime_id, host, pid, started)
+
+    async def list_runtimes(self) -> list[tuple[str, str, int, float]]:
+        self._check()
+        return list(self.runtimes.values())
+
+    async def remove_runtime(self, runtime_id: str) -> None:
+        self._check()
+        self.runtimes.pop(runtime_id, None)
+        for k, rec in self.actors.items():
+            if rec.lease_owner == runtime_id:
+                self.actors[k] = msgspec.structs.replace(rec, lease_owner=None, lease_expires=0.0)
+
+    async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]:
+        self._check()
+        out = [d for d in self.dead.values() if actor_id is None or d.actor_id == actor_id]
+        return sorted(out, key=lambda d: d.created_at)
+
+    async def retry_dead_letter(self, msg_id: str, now: float) -> DeadLetter | None:
+        self._check()
+        d = self.dead.pop(msg_id, None)
+        if d is None:
+            return None
+        self.replies.pop(msg_id, None)
+        self._seq += 1
+        msg = NewMessage(
+            msg_id=d.msg_id, actor_id=d.actor_id, type=d.type, payload=d.payload,
+            deliver_at=now, created_at=now,
+        )
+        self.mailbox[msg_id] = _Row(seq=self._seq, msg=msg)
+        return d
+
+    async def discard_dead_letter(self, msg_id: str) -> bool:
+        self._check()
+        return self.dead.pop(msg_id, None) is not None
+
+    async def purge(self, before: float) -> int:
+        self._check()
+        old_keys = [k for k, (_, at) in self.dedup.items() if at < before]
+        old_replies = [k for k, r in self.replies.items() if r.created_at < before]
+        for k in old_keys:
+            del self.dedup[k]
+        for m in old_replies:
+            del self.replies[m]
+        return len(old_keys) + len(old_replies)

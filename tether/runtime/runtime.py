@@ -1,0 +1,657 @@
+"""``Runtime``: the process-level system that owns the store, the cells and the scheduler.
+
+One Runtime per process and store file. On open it registers itself, then its scheduler finds
+every actor with queued or in-flight messages and activates it, so work continues where the
+last process stopped. Several Runtimes (processes) may share one SQLite file: each actor is
+active in at most one of them at a time, under a lease with a fencing token (I8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import anyio
+import msgspec
+
+from tether.actors.actor import Actor, ActorSpec, actor_spec, import_class
+from tether.actors.messages import Message
+from tether.actors.ref import ActorRef
+from tether.errors import (
+    ActorNotFound,
+    ActorStopped,
+    AskTimeout,
+    ConfigError,
+    MessageDeadLettered,
+    MessageRejected,
+    RuntimeClosed,
+    TetherError,
+)
+from tether.runtime import telemetry
+from tether.runtime.cell import Cell, current_step
+from tether.runtime.committer import GroupCommitter
+from tether.runtime.dead_letters import DeadLetters
+from tether.runtime.memory_store import MemoryStore
+from tether.runtime.sqlite_store import Durability, SqliteStore
+from tether.runtime.store import (
+    ActorRecord,
+    BatchResult,
+    LeaseAcquire,
+    NewMessage,
+    Spawn,
+    StepCommit,
+    StopActor,
+    Store,
+    StoredMessage,
+)
+
+A = TypeVar("A", bound=Actor[Any])
+
+_MAX_ID_LEN = 256
+
+
+class Runtime:
+    """Runs durable actors on a store.
+
+    Args:
+        path: the SQLite file (created if missing), or ``":memory:"`` for a non-durable
+            in-process store for tests.
+        store: a ``Store`` to use instead of ``path``.
+        durability: ``"full"`` (default: an acknowledged message survives power loss) or
+            ``"normal"`` (survives a process crash; faster).
+        max_attempts: deliveries of one message before it goes to dead letters (I7).
+        snapshot_every: store a snapshot of an actor's state every this many events (I3).
+        lease_ttl: seconds an actor's lease lasts without renewal; a runtime that dies holding
+            leases is taken over after this long (at once when it died on this host).
+        passivate_after: seconds of idleness after which an actor leaves memory; None: never.
+        poll_interval: seconds between scans for messages stored by other processes.
+        retention: seconds to keep dedup keys and ask replies.
+        max_message_bytes: the largest encoded message ``tell`` accepts.
+        clock: wall-clock source (seconds since the epoch); injectable for tests.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = "tether.db",
+        *,
+        store: Store | None = None,
+        durability: Durability = "full",
+        max_attempts: int = 5,
+        snapshot_every: int = 1000,
+        lease_ttl: float = 10.0,
+        passivate_after: float | None = 300.0,
+        poll_interval: float = 0.1,
+        retention: float = 7 * 24 * 3600.0,
+        max_message_bytes: int = 1 << 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        _positive("max_attempts", max_attempts, integer=True)
+        _positive("snapshot_every", snapshot_every, integer=True)
+        _positive("lease_ttl", lease_ttl)
+        _positive("poll_interval", poll_interval)
+        _positive("retention", retention)
+        _positive("max_message_bytes", max_message_bytes, integer=True)
+        if passivate_after is not None:
+            _positive("passivate_after", passivate_after)
+        if store is None:
+            path_str = os.fspath(path)
+            store = MemoryStore() if path_str == ":memory:" else SqliteStore(path_str, durability=durability)
+        self.store: Store = store
+        self.path = None if isinstance(store, MemoryStore) else os.fspath(path)
+        self.max_attempts = max_attempts
+        self.snapshot_every = snapshot_every
+        self.lease_ttl = lease_ttl
+        self.passivate_after = passivate_after
+        self.poll_interval = poll_interval
+        self.retention = retention
+        self.max_message_bytes = max_message_bytes
+        self.clock = clock
+        self.host = socket.gethostname()
+        self.runtime_id = f"{self.host}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.committer = GroupCommitter(store)
+        self.cells: dict[str, Cell] = {}
+        self.dead_letters = DeadLetters(self)
+
+        self._encoder = msgspec.msgpack.Encoder()
+        self.encode = self._encoder.encode
+        self._ids = itertools.count(1)
+        self._id_prefix = secrets.token_hex(6)
+        self._known: dict[str, tuple[ActorSpec, str]] = {}  # actor id -> (spec, status)
+        self._asks: dict[str, list[asyncio.Future[Any]]] = {}
+        self._ask_actor: dict[str, str] = {}
+        self._reply_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+        self._activating: set[str] = set()
+        self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
+        self._failures: dict[str, int] = {}
+        self._stopping: set[str] = set()
+        self._timers: list[float] = []
+        self._scheduler_wake = asyncio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._open = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.store.open()
+        try:
+            now = self.clock()
+            await self.store.register_runtime(self.runtime_id, self.host, os.getpid(), _process_start(os.getpid()) or now)
+            await self._reap_dead_runtimes()
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+        except BaseException:
+            await self.store.close()
+            raise
+        self._open = True
+        self._tg.start_soon(self.committer.run)
+        self._tg.start_soon(self._scheduler)
+        self._tg.start_soon(self._renew_leases)
+        self._tg.start_soon(self._purge)
+        telemetry.log.info("runtime_opened", runtime_id=self.runtime_id, store=self.path or ":memory:")
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Let every active actor finish its current message, release its lease, and close."""
+        if not self._open or self._tg is None:
+            return
+        self._open = False
+        tg = self._tg
+        with anyio.CancelScope(shield=True):
+            cells = list(self.cells.values())
+            for cell in cells:
+                cell.leave()
+            with anyio.move_on_after(10):
+                for cell in cells:
+                    await cell.exited.wait()
+            await self.committer.flush()
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.store.remove_runtime(self.runtime_id)
+            finally:
+                await self.store.close()
+        for futs in self._asks.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(RuntimeClosed("the runtime closed before the reply arrived"))
+        telemetry.log.info("runtime_closed", runtime_id=self.runtime_id)
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise RuntimeClosed("the Runtime is not open; use `async with tether.Runtime(...) as rt:`")
+
+    # -- spawning and addressing --------------------------------------------------------------
+
+    async def spawn(self, actor_class: type[A], actor_id: str, /, **init: Any) -> ActorRef:
+        """Create the actor ``actor_id`` (or resume it, if it exists) and activate it.
+
+        ``init`` is passed to the class's constructor; it is stored, so it must be
+        msgspec-encodable, and the same values are given again on every recovery.
+        """
+        return await self.spawn_child(actor_class, actor_id, None, init)
+
+    async def spawn_child(
+        self, actor_class: type[A], actor_id: str, parent_id: str | None, init: dict[str, Any]
+    ) -> ActorRef:
+        """``spawn`` with a parent (used by supervisors)."""
+        self._check_open()
+        _check_id(actor_id)
+        spec = actor_spec(actor_class)
+        try:
+            init_bytes = self.encode(init)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise ConfigError(f"spawn arguments of {actor_id!r} cannot be stored: {exc}") from exc
+        _decode_init(spec, init_bytes)  # the values recovery will see, checked now
+        record = ActorRecord(
+            actor_id=actor_id, class_path=spec.class_path, init=init_bytes, parent_id=parent_id,
+            status="active", stop_reason=None, fence=0, lease_owner=None, lease_expires=0.0,
+            created_at=self.clock(),
+        )
+        result = await self.committer.submit(Spawn(record))
+        stored = result.spawned[actor_id]
+        if stored.class_path != spec.class_path:
+            raise ConfigError(
+                f"actor id {actor_id!r} is taken by a {stored.class_path}, not a {spec.class_path}"
+            )
+        if stored.status == "stopped":
+            raise ActorStopped(actor_id, stored.stop_reason)
+        self._known[actor_id] = (spec, stored.status)
+        await self._activate(actor_id)
+        return ActorRef(self, actor_id)
+
+    def ref(self, actor_id: str) -> ActorRef:
+        """The ref of an existing actor, active or passivated. Sends through it raise
+        ``ActorNotFound`` if no actor with this id exists in the store."""
+        return ActorRef(self, actor_id)
+
+    async def lookup(self, actor_id: str) -> ActorRef:
+        """Like ``ref``, but checks now that the actor exists."""
+        await self._spec_of(actor_id)
+        return ActorRef(self, actor_id)
+
+    async def _spec_of(self, actor_id: str) -> tuple[ActorSpec, str]:
+        known = self._known.get(actor_id)
+        if known is not None:
+            return known
+        rec = await self.store.get_actor(actor_id)
+        if rec is None:
+            raise ActorNotFound(actor_id)
+        known = (actor_spec(import_class(rec.class_path)), rec.status)
+        self._known[actor_id] = known
+        return known
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def tell(self, actor_id: str, msg: Message, *, dedup_key: str | None, delay: float | None) -> None:
+        self._check_open()
+        new = await self._prepare(actor_id, msg, dedup_key, delay, wants_reply=False)
+        step = current_step.get()
+        if step is not None and not step.closed and step.cell.runtime is self:
+            step.outbox.append(new)  # committed with the sender's step (I2)
+            return
+        result = await self.committer.submit(new)
+        if new.msg_id not in result.duplicates:
+            self._route(new)
+
+    async def ask(self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None) -> Any:
+        self._check_open()
+        if timeout <= 0:
+            raise ConfigError(f"ask timeout must be positive, not {timeout!r}")
+        new = await self._prepare(actor_id, msg, dedup_key, None, wants_reply=True)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        waiting_on = new.msg_id
+        self._wait_reply(waiting_on, actor_id, fut)
+        try:
+            with anyio.fail_after(timeout):
+                result = await self.committer.submit(new)
+                original = result.duplicates.get(new.msg_id)
+                if original is None:
+                    self._route(new)
+                else:
+                    # Asked before with this dedup key: wait for (or fetch) the first reply.
+                    self._unwait_reply(waiting_on, fut)
+                    waiting_on = original
+                    self._wait_reply(waiting_on, actor_id, fut)
+                    self._scheduler_wake.set()
+                return await fut
+        except TimeoutError:
+            raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
+        finally:
+            self._unwait_reply(waiting_on, fut)
+
+    async def stop(self, actor_id: str, reason: str) -> None:
+        """Stop an actor for good: it finishes its current message; the rest go to dead letters."""
+        self._check_open()
+        spec, status = await self._spec_of(actor_id)
+        if status == "stopped":
+            return
+        self._stopping.add(actor_id)
+        try:
+            cell = self.cells.get(actor_id)
+            if cell is not None:
+                cell.stop_reason = reason
+                cell.wake.set()
+                await cell.exited.wait()
+            await self.committer.submit(StopActor(actor_id, reason, self.clock()))
+            self._known[actor_id] = (spec, "stopped")
+        finally:
+            self._stopping.discard(actor_id)
+        telemetry.log.info("actor_stopped", actor_id=actor_id, reason=reason)
+
+    async def _prepare(
+        self, actor_id: str, msg: Message, dedup_key: str | None, delay: float | None, *, wants_reply: bool
+    ) -> NewMessage:
+        spec, status = await self._spec_of(actor_id)
+        if type(msg) not in spec.message_types:
+            raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
+        if status == "stopped":
+            rec = await self.store.get_actor(actor_id)
+            raise ActorStopped(actor_id, rec.stop_reason if rec else None)
+        if delay is not None and not (delay >= 0):
+            raise ConfigError(f"delay must be a number of seconds >= 0, not {delay!r}")
+        if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key):
+            raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
+        payload = self.encode(msg)
+        if len(payload) > self.max_message_bytes:
+            raise MessageRejected(
+                actor_id, f"{type(msg).__name__} of {len(payload)} bytes (limit {self.max_message_bytes})",
+                spec.accepted_names,
+            )
+        now = self.clock()
+        return NewMessage(
+            msg_id=f"{self._id_prefix}-{next(self._ids)}", actor_id=actor_id, type=type(msg).__name__,
+            payload=payload, deliver_at=now + delay if delay else now, created_at=now,
+            dedup_key=dedup_key, wants_reply=wants_reply,
+        )
+
+    def _route(self, new: NewMessage) -> None:
+        """After ``new`` committed: hand it to its cell here, or wake whoever must run it."""
+        if new.deliver_at > self.clock():
+            heapq.heappush(self._timers, new.deliver_at)
+            self._scheduler_wake.set()
+            return
+        cell = self.cells.get(new.actor_id)
+        if cell is not None:
+            cell.offer(
+                StoredMessage(
+                    msg_id=new.msg_id, actor_id=new.actor_id, type=new.type, payload=new.payload,
+                    deliver_at=new.deliver_at, attempts=0, errors=[], wants_reply=new.wants_reply,
+                )
+            )
+        else:
+            self._activate_soon(new.actor_id)
+
+    # -- replies ------------------------------------------------------------------------------
+
+    def _wait_reply(self, msg_id: str, actor_id: str, fut: asyncio.Future[Any]) -> None:
+        self._asks.setdefault(msg_id, []).append(fut)
+        self._ask_actor[msg_id] = actor_id
+
+    def _unwait_reply(self, msg_id: str, fut: asyncio.Future[Any]) -> None:
+        futs = self._asks.get(msg_id)
+        if futs is not None and fut in futs:
+            futs.remove(fut)
+            if not futs:
+                del self._asks[msg_id]
+                self._ask_actor.pop(msg_id, None)
+
+    def _resolve(self, msg_id: str, value: Any = None, error: BaseException | None = None) -> None:
+        for fut in self._asks.pop(msg_id, ()):
+            if not fut.done():
+                if error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(value)
+        self._ask_actor.pop(msg_id, None)
+
+    def encode_reply(self, spec: ActorSpec, value: Any) -> bytes:
+        try:
+            return self.encode(value)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(
+                f"{spec.cls.__qualname__}.handle returned a {type(value).__name__}, which cannot be "
+                f"stored as a reply: {exc}"
+            ) from exc
+
+    def reply_failed(self, msg_id: str, actor_id: str, errors: list[str]) -> None:
+        if msg_id in self._asks:
+            self._resolve(msg_id, error=MessageDeadLettered(actor_id, msg_id, errors))
+
+    async def _poll_replies(self) -> None:
+        """Fetch stored replies for asks answered by another process (or before a dedup hit)."""
+        if not self._asks:
+            return
+        for reply in await self.store.get_replies(list(self._asks)):
+            actor_id = self._ask_actor.get(reply.msg_id, "?")
+            if reply.ok:
+                try:
+                    spec, _ = await self._spec_of(actor_id)
+                    value = self._reply_decoder(spec).decode(reply.payload)
+                except (msgspec.DecodeError, TetherError) as exc:
+                    self._resolve(reply.msg_id, error=exc)
+                    continue
+                self._resolve(reply.msg_id, value)
+            else:
+                errors = msgspec.msgpack.decode(reply.payload, type=list[str])
+                self._resolve(reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors))
+
+    def _reply_decoder(self, spec: ActorSpec) -> msgspec.msgpack.Decoder[Any]:
+        dec = self._reply_decoders.get(spec.reply_type)
+        if dec is None:
+            dec = self._reply_decoders[spec.reply_type] = msgspec.msgpack.Decoder(spec.reply_type)
+        return dec
+
+    # -- what cells report --------------------------------------------------------------------
+
+    def step_committed(
+        self, cell: Cell, msg: StoredMessage, reply: Any, commit: StepCommit, result: BatchResult
+    ) -> None:
+        self._failures.pop(cell.actor_id, None)
+        if msg.wants_reply and msg.msg_id in self._asks:
+            self._resolve(msg.msg_id, reply)
+        for new in commit.outbox:
+            if new.msg_id not in result.duplicates:
+                self._route(new)
+
+    def actor_stopped_itself(self, cell: Cell, reason: str) -> None:
+        self._known[cell.actor_id] = (cell.spec, "stopped")
+        telemetry.log.info("actor_stopped", actor_id=cell.actor_id, reason=reason)
+
+    async def on_handler_failure(self, cell: Cell, msg: StoredMessage, exc: Exception) -> None:
+        """A handler raised and the message will be delivered again: restart the instance,
+        its state re-folded from the committed journal (I3)."""
+        await cell.restart()
+
+    def activation_failed(self, actor_id: str, exc: Exception) -> None:
+        n = self._failures.get(actor_id, 0) + 1
+        self._failures[actor_id] = n
+        self._not_before[actor_id] = self.clock() + min(60.0, 0.5 * 2**n)
+
+    def cell_exited(self, cell: Cell) -> None:
+        if self.cells.get(cell.actor_id) is cell:
+            del self.cells[cell.actor_id]
+        for msg_id in cell.known:  # asks still waiting on a cell that left: poll the store
+            if msg_id in self._asks:
+                self._scheduler_wake.set()
+
+    def detach_if_idle(self, cell: Cell) -> bool:
+        """Remove an idle cell from the registry (passivation); False if work arrived."""
+        if cell.buffer or cell.rescan_requested:
+            return False
+        if self.cells.get(cell.actor_id) is cell:
+            del self.cells[cell.actor_id]
+        return True
+
+    # -- activation ---------------------------------------------------------------------------
+
+    def wake_actor(self, actor_id: str) -> None:
+        """Messages for ``actor_id`` were stored outside the send path: make sure they run."""
+        cell = self.cells.get(actor_id)
+        if cell is not None:
+            cell.rescan_requested = True
+            cell.wake.set()
+        else:
+            self._not_before.pop(actor_id, None)
+            self._activate_soon(actor_id)
+
+    def _activate_soon(self, actor_id: str) -> None:
+        if self._tg is not None and actor_id not in self._activating and actor_id not in self.cells:
+            self._tg.start_soon(self._activate_quietly, actor_id)
+
+    async def _activate_quietly(self, actor_id: str) -> None:
+        try:
+            await self._activate(actor_id)
+        except Exception as exc:
+            telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
+            self.activation_failed(actor_id, exc)
+
+    async def _activate(self, actor_id: str) -> Cell | None:
+        """Take the actor's lease and start its cell here; None if someone else holds it."""
+        cell = self.cells.get(actor_id)
+        if cell is not None or actor_id in self._activating or actor_id in self._stopping or not self._open:
+            return cell
+        now = self.clock()
+        if self._not_before.get(actor_id, 0.0) > now:
+            return None
+        self._activating.add(actor_id)
+        try:
+            rec = await self.store.get_actor(actor_id)
+            if rec is None:
+                return None
+            spec = actor_spec(import_class(rec.class_path))
+            if rec.status == "stopped":
+                self._known[actor_id] = (spec, "stopped")
+                # Messages stored by another process after the stop: record them, drop nothing.
+                await self.committer.submit(StopActor(actor_id, rec.stop_reason or "stopped", now))
+                return None
+            result = await self.committer.submit(LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now))
+            fence = result.leases.get(actor_id)
+            if fence is None:
+                self._not_before[actor_id] = now + self.lease_ttl / 2
+                return None
+            self._not_before.pop(actor_id, None)
+            self._known.setdefault(actor_id, (spec, "active"))
+            cell = Cell(self, spec, actor_id, _decode_init(spec, rec.init), fence)
+            self.cells[actor_id] = cell
+            assert self._tg is not None
+            self._tg.start_soon(cell.run)
+            telemetry.activations.add(1)
+            return cell
+        finally:
+            self._activating.discard(actor_id)
+
+    # -- background tasks ---------------------------------------------------------------------
+
+    async def _scheduler(self) -> None:
+        """Find work this process must do: messages from other processes, delayed messages
+        that came due, actors whose owner died, and replies to asks answered elsewhere."""
+        watermark = 0
+        last_due = self.clock()
+        next_orphan_scan = 0.0
+        while True:
+            now = self.clock()
+            touched: dict[str, None] = {}
+            rows = await self.store.new_messages(watermark, now, 5000)
+            for seq, actor_id, msg_id in rows:
+                watermark = max(watermark, seq)
+                cell = self.cells.get(actor_id)
+                if cell is None:
+                    touched[actor_id] = None
+                elif msg_id not in cell.known:
+                    cell.rescan_requested = True
+                    cell.wake.set()
+            for actor_id in await self.store.due_between(last_due, now):
+                cell = self.cells.get(actor_id)
+                if cell is None:
+                    touched[actor_id] = None
+                else:
+                    cell.rescan_requested = True
+                    cell.wake.set()
+            last_due = now
+            while self._timers and self._timers[0] <= now:
+                heapq.heappop(self._timers)
+            if now >= next_orphan_scan:
+                await self._reap_dead_runtimes()
+                for actor_id in await self.store.orphaned(now, 1000):
+                    touched[actor_id] = None
+                next_orphan_scan = now + min(self.lease_ttl / 2, 5.0)
+            for actor_id in touched:
+                self._activate_soon(actor_id)
+            await self._poll_replies()
+            if len(rows) == 5000:
+                continue
+            wait = self.poll_interval
+            if self._timers:
+                wait = max(0.0, min(wait, self._timers[0] - self.clock()))
+            self._scheduler_wake.clear()
+            with anyio.move_on_after(wait):
+                await self._scheduler_wake.wait()
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await anyio.sleep(self.lease_ttl / 3)
+            await self.store.renew_leases(self.runtime_id, self.clock() + self.lease_ttl)
+
+    async def _purge(self) -> None:
+        while True:
+            removed = await self.store.purge(self.clock() - self.retention)
+            if removed:
+                telemetry.log.info("retention_purge", rows=removed)
+            await anyio.sleep(min(3600.0, self.retention / 4))
+
+    async def _reap_dead_runtimes(self) -> None:
+        """Runtimes on this host whose process is gone give up their leases at once."""
+        for runtime_id, host, pid, started in await self.store.list_runtimes():
+            if runtime_id == self.runtime_id or host != self.host:
+                continue
+            start = _process_start(pid)
+            if start is None or (start and started and abs(start - started) > 1.0):  # gone, or pid reused
+                telemetry.log.info("dead_runtime_reaped", runtime_id=runtime_id, pid=pid)
+                await self.store.remove_runtime(runtime_id)
+
+    # -- introspection ------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Counters for tests and benchmarks: active actors, commits and writes so far."""
+        return {
+            "active": len(self.cells),
+            "commits": self.committer.commits,
+            "writes": self.committer.writes,
+        }
+
+
+def _positive(name: str, value: Any, *, integer: bool = False) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+        raise ConfigError(f"{name} must be a positive {'integer' if integer else 'number'}, not {value!r}")
+
+
+def _check_id(actor_id: Any) -> None:
+    if not isinstance(actor_id, str) or not actor_id or len(actor_id) > _MAX_ID_LEN:
+        raise ConfigError(f"actor id must be a non-empty string of at most {_MAX_ID_LEN} characters, not {actor_id!r}")
+
+
+def _decode_init(spec: ActorSpec, init: bytes) -> dict[str, Any]:
+    """Decode stored spawn arguments, converted to the types the constructor annotates."""
+    try:
+        raw = msgspec.msgpack.decode(init)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"stored spawn arguments of {spec.class_path} cannot be decoded: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"stored spawn arguments of {spec.class_path} are not a mapping")
+    hints = _init_hints(spec.cls)
+    try:
+        return {k: msgspec.convert(v, hints[k]) if k in hints else v for k, v in raw.items()}
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"spawn arguments of {spec.class_path} do not match its constructor: {exc}") from exc
+
+
+def _init_hints(cls: type[Any]) -> dict[str, Any]:
+    import typing
+
+    init = cls.__init__
+    if init is object.__init__:
+        return {}
+    try:
+        hints = typing.get_type_hints(init)
+    except (NameError, TypeError):
+        return {}
+    hints.pop("return", None)
+    return hints
+
+
+def _process_start(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), or None if it does not exist.
+
+    Used to tell a dead runtime from a live one on this host, robust to pid reuse on Linux.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return 0.0  # alive, start time unknown (not Linux): only lease expiry can free its actors

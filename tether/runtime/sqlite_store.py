@@ -1,0 +1,575 @@
+"""``SqliteStore``: the embedded default, on aiosqlite.
+
+Layout of the work, and why:
+
+* One writer connection, WAL, ``BEGIN IMMEDIATE`` per batch. A batch is applied as a fixed
+  handful of ``executemany`` calls, whatever its size: each aiosqlite await is a thread hop
+  (~100 µs on this class of machine), so the cost of a commit must not grow with its rows.
+* One reader connection for everything else; WAL lets it read while the writer writes.
+* The schema carries a version in ``meta``; a store of an unknown version is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import aiosqlite
+import anyio
+import msgspec
+
+from tether.errors import SchemaVersionError, StoreError, StoreOpenError
+from tether.runtime.store import (
+    SCHEMA_VERSION,
+    ActorRecord,
+    Batch,
+    BatchResult,
+    DeadLetter,
+    JournalRow,
+    Reply,
+    Snapshot,
+    StoredMessage,
+)
+
+Durability = Literal["full", "normal"]
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE actors (
+    actor_id      TEXT PRIMARY KEY,
+    class_path    TEXT NOT NULL,
+    init          BLOB NOT NULL,
+    parent_id     TEXT,
+    status        TEXT NOT NULL DEFAULT 'active',
+    stop_reason   TEXT,
+    fence         INTEGER NOT NULL DEFAULT 0,
+    lease_owner   TEXT,
+    lease_expires REAL NOT NULL DEFAULT 0,
+    created_at    REAL NOT NULL
+);
+CREATE INDEX actors_by_parent ON actors(parent_id);
+CREATE TABLE mailbox (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    msg_id      TEXT NOT NULL UNIQUE,
+    actor_id    TEXT NOT NULL,
+    type        TEXT NOT NULL,
+    payload     BLOB NOT NULL,
+    deliver_at  REAL NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    errors      BLOB,
+    wants_reply INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL
+);
+CREATE INDEX mailbox_by_actor ON mailbox(actor_id, seq);
+CREATE INDEX mailbox_by_due ON mailbox(deliver_at);
+CREATE TABLE dedup (
+    actor_id   TEXT NOT NULL,
+    dedup_key  TEXT NOT NULL,
+    msg_id     TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (actor_id, dedup_key)
+) WITHOUT ROWID;
+CREATE INDEX dedup_by_age ON dedup(created_at);
+CREATE TABLE journal (
+    actor_id TEXT NOT NULL,
+    seq      INTEGER NOT NULL,
+    payload  BLOB NOT NULL,
+    PRIMARY KEY (actor_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE snapshots (actor_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, state BLOB NOT NULL);
+CREATE TABLE replies (
+    msg_id     TEXT PRIMARY KEY,
+    actor_id   TEXT NOT NULL,
+    ok         INTEGER NOT NULL,
+    payload    BLOB NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX replies_by_age ON replies(created_at);
+CREATE TABLE dead_letters (
+    msg_id     TEXT PRIMARY KEY,
+    actor_id   TEXT NOT NULL,
+    type       TEXT NOT NULL,
+    payload    BLOB NOT NULL,
+    attempts   INTEGER NOT NULL,
+    errors     BLOB,
+    reason     TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE runtimes (
+    runtime_id TEXT PRIMARY KEY,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    started_at REAL NOT NULL
+);
+"""
+
+# msgpack of an empty list: what a NULL ``errors`` column means.
+_NO_ERRORS = b"\x90"
+_CHUNK = 500  # rows per IN (...) list: well under SQLite's bound-parameter limit
+
+_errors_decoder = msgspec.msgpack.Decoder(list[str])
+_encode = msgspec.msgpack.encode
+
+
+def _decode_errors(blob: bytes | None, where: str) -> list[str]:
+    if not blob:
+        return []
+    try:
+        return _errors_decoder.decode(blob)
+    except msgspec.DecodeError:
+        return [f"(error history of {where} is unreadable)"]
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class SqliteStore:
+    """A store in one SQLite file. See the module docstring for how it is used."""
+
+    def __init__(self, path: str | os.PathLike[str], *, durability: Durability = "full") -> None:
+        if durability not in ("full", "normal"):
+            raise StoreOpenError(f"durability must be 'full' or 'normal', not {durability!r}")
+        self.path = str(path)
+        self.durability = durability
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._write_lock = anyio.Lock()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            folder = Path(self.path).resolve().parent
+            if not folder.is_dir():
+                raise StoreOpenError(f"cannot open store {self.path!r}: folder {folder} does not exist")
+            if Path(self.path).exists() and not os.access(self.path, os.R_OK | os.W_OK):
+                raise StoreOpenError(f"cannot open store {self.path!r}: the file is not writable")
+            if not Path(self.path).exists() and not os.access(folder, os.W_OK):
+                raise StoreOpenError(f"cannot create store {self.path!r}: folder {folder} is not writable")
+        try:
+            self._writer = await self._connect()
+            await self._ensure_schema(self._writer)
+            self._reader = self._writer if self.path == ":memory:" else await self._connect()
+        except sqlite3.DatabaseError as exc:
+            await self.close()
+            raise StoreOpenError(f"cannot open store {self.path!r}: {exc}") from exc
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _connect(self) -> aiosqlite.Connection:
+        db = await aiosqlite.connect(self.path, isolation_level=None)
+        await db.execute("PRAGMA busy_timeout = 30000")
+        if self.path != ":memory:":
+            mode = await (await db.execute("PRAGMA journal_mode = WAL")).fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise StoreOpenError(f"cannot switch {self.path!r} to WAL mode")
+        await db.execute(f"PRAGMA synchronous = {self.durability.upper()}")
+        return db
+
+    async def _ensure_schema(self, db: aiosqlite.Connection) -> None:
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {row[0] for row in await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                # executescript would commit first; run each statement inside this transaction
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    await db.execute(statement)
+                await db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif "meta" not in tables:
+                raise SchemaVersionError(
+                    f"{self.path!r} is an SQLite file but not a tether store (no meta table)"
+                )
+            else:
+                rows = list(await db.execute_fetchall("SELECT value FROM meta WHERE key='schema_version'"))
+                found = rows[0][0] if rows else None
+                if found != str(SCHEMA_VERSION):
+                    raise SchemaVersionError(
+                        f"store {self.path!r} has schema version {found!r}; this tether reads "
+                        f"version {SCHEMA_VERSION} and never migrates silently"
+                    )
+            await db.execute("COMMIT")
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if db.in_transaction:
+                    await db.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        for db in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
+            with anyio.CancelScope(shield=True):
+                await db.close()
+        self._reader = self._writer = None
+
+    def _r(self) -> aiosqlite.Connection:
+        if self._reader is None:
+            raise StoreError(f"store {self.path!r} is not open")
+        return self._reader
+
+    def _w(self) -> aiosqlite.Connection:
+        if self._writer is None:
+            raise StoreError(f"store {self.path!r} is not open")
+        return self._writer
+
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        if self._reader is self._writer:  # ":memory:": reads must not see a half-done batch
+            async with self._write_lock:
+                return list(await self._r().execute_fetchall(sql, params))
+        return list(await self._r().execute_fetchall(sql, params))
+
+    # -- the batch ----------------------------------------------------------------------------
+
+    async def apply(self, batch: Batch) -> BatchResult:
+        async with self._write_lock:
+            db = self._w()
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                result = await self._apply(db, batch)
+                await db.execute("COMMIT")
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    if db.in_transaction:
+                        await db.execute("ROLLBACK")
+                raise
+            return result
+
+    async def _apply(self, db: aiosqlite.Connection, b: Batch) -> BatchResult:
+        result = BatchResult()
+
+        # I8: check every fenced write against the current fence, in this transaction.
+        fenced: dict[str, set[int]] = {}
+        for op in (*b.releases, *b.steps, *b.claims, *b.failures):
+            fenced.setdefault(op.actor_id, set()).add(op.fence)
+        if fenced:
+            current: dict[str, int] = {}
+            for chunk in _chunks(list(fenced)):
+                marks = ",".join("?" * len(chunk))
+                for actor_id, fence in await db.execute_fetchall(
+                    f"SELECT actor_id, fence FROM actors WHERE actor_id IN ({marks})", chunk
+                ):
+                    current[actor_id] = fence
+            for actor_id, fences in fenced.items():
+                if any(f != current.get(actor_id) for f in fences):
+                    result.stale.add(actor_id)
+        stale = result.stale
+
+        if b.spawns:
+            await db.executemany(
+                "INSERT OR IGNORE INTO actors (actor_id, class_path, init, parent_id, status, "
+                "stop_reason, fence, lease_owner, lease_expires, created_at) "
+                "VALUES (?, ?, ?, ?, 'active', NULL, 0, NULL, 0, ?)",
+                [
+                    (r.actor_id, r.class_path, r.init, r.parent_id, r.created_at)
+                    for r in (s.record for s in b.spawns)
+                ],
+            )
+            for rec in await self._actors_in(db, [s.record.actor_id for s in b.spawns]):
+                result.spawned[rec.actor_id] = rec
+
+        releases = [r for r in b.releases if r.actor_id not in stale]
+        if releases:
+            await db.executemany(
+                "UPDATE actors SET lease_owner = NULL, lease_expires = 0 WHERE actor_id = ? AND fence = ?",
+                [(r.actor_id, r.fence) for r in releases],
+            )
+
+        if b.acquires:
+            await db.executemany(
+                "UPDATE actors SET lease_owner = ?, lease_expires = ?, fence = fence + 1 "
+                "WHERE actor_id = ? AND status = 'active' AND (lease_owner IS NULL "
+                "OR lease_owner = ? OR lease_expires < ? "
+                "OR lease_owner NOT IN (SELECT runtime_id FROM runtimes))",
+                [(a.owner, a.expires, a.actor_id, a.owner, a.now) for a in b.acquires],
+            )
+            wanted = {a.actor_id: a for a in b.acquires}
+            got = {r.actor_id: r for r in await self._actors_in(db, list(wanted))}
+            for actor_id, a in wanted.items():
+                rec = got.get(actor_id)
+                won = rec is not None and rec.lease_owner == a.owner and rec.lease_expires == a.expires
+                result.leases[actor_id] = rec.fence if won and rec is not None else None
+
+        steps = [s for s in b.steps if s.actor_id not in stale]
+        messages = list(b.messages)
+        for s in steps:
+            messages.extend(s.outbox)
+        if messages:
+            keyed = [m for m in messages if m.dedup_key is not None]
+            if keyed:
+                await db.executemany(
+                    "INSERT OR IGNORE INTO dedup (actor_id, dedup_key, msg_id, created_at) VALUES (?, ?, ?, ?)",
+                    [(m.actor_id, m.dedup_key, m.msg_id, m.created_at) for m in keyed],
+                )
+            await db.executemany(
+                "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at) "
+                "SELECT ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
+                "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
+                [
+                    (m.msg_id, m.actor_id, m.type, m.payload, m.deliver_at, int(m.wants_reply),
+                     m.created_at, m.actor_id, m.dedup_key, m.msg_id)
+                    for m in messages
+                ],
+            )
+            if keyed:
+                ours = {(m.actor_id, m.dedup_key): m.msg_id for m in keyed}
+                pairs = list(ours)
+                for chunk in _chunks(pairs):
+                    values = ",".join("(?, ?)" for _ in chunk)
+                    flat = [x for pair in chunk for x in pair]
+                    for actor_id, key, stored in await db.execute_fetchall(
+                        f"SELECT actor_id, dedup_key, msg_id FROM dedup WHERE (actor_id, dedup_key) IN (VALUES {values})",
+                        flat,
+                    ):
+                        # Every message carrying this key in the batch that is not the stored one
+                        # is a duplicate of it.
+                        for m in keyed:
+                            if m.actor_id == actor_id and m.dedup_key == key and m.msg_id != stored:
+                                result.duplicates[m.msg_id] = stored
+                del ours
+
+        if steps:
+            journal = [(s.actor_id, e.seq, e.payload) for s in steps for e in s.events]
+            if journal:
+                await db.executemany("INSERT INTO journal (actor_id, seq, payload) VALUES (?, ?, ?)", journal)
+            snaps = [(s.actor_id, s.snapshot.seq, s.snapshot.state) for s in steps if s.snapshot is not None]
+            if snaps:
+                await db.executemany("INSERT OR REPLACE INTO snapshots (actor_id, seq, state) VALUES (?, ?, ?)", snaps)
+            replies = [(s.msg_id, s.actor_id, s.reply) for s in steps if s.reply is not None]
+            if replies:
+                await db.executemany(
+                    "INSERT OR REPLACE INTO replies (msg_id, actor_id, ok, payload, created_at) "
+                    "SELECT ?, ?, 1, ?, created_at FROM mailbox WHERE msg_id = ?",
+                    [(m, a, p, m) for m, a, p in replies],
+                )
+            await db.executemany("DELETE FROM mailbox WHERE msg_id = ?", [(s.msg_id,) for s in steps])
+
+        claims = [c.msg_id for c in b.claims if c.actor_id not in stale]
+        claims.extend(s.claim_next for s in steps if s.claim_next is not None)
+        if claims:
+            await db.executemany("UPDATE mailbox SET attempts = attempts + 1 WHERE msg_id = ?", [(m,) for m in claims])
+
+        failures = [f for f in b.failures if f.actor_id not in stale]
+        if failures:
+            await db.executemany(
+                "UPDATE mailbox SET errors = ? WHERE msg_id = ?",
+                [(_encode(f.errors), f.msg_id) for f in failures],
+            )
+            dead = [f for f in failures if f.dead_letter_reason is not None]
+            if dead:
+                await self._dead_letter(db, [(f.msg_id, f.dead_letter_reason or "", f.now) for f in dead])
+
+        stops = [(s.actor_id, s.stop_reason, s.msg_id) for s in steps if s.stop_reason is not None]
+        stops_now = [(st.actor_id, st.reason, st.now) for st in b.stops]
+        if stops or stops_now:
+            now = time.time()
+            targets = [(a, r, now) for a, r, _ in stops] + stops_now
+            await db.executemany(
+                "UPDATE actors SET status = 'stopped', stop_reason = ?, fence = fence + 1, "
+                "lease_owner = NULL, lease_expires = 0 WHERE actor_id = ?",
+                [(r, a) for a, r, _ in targets],
+            )
+            pending: list[tuple[str, str, float]] = []
+            for actor_id, reason, at in targets:
+                for (msg_id,) in await db.execute_fetchall(
+                    "SELECT msg_id FROM mailbox WHERE actor_id = ?", (actor_id,)
+                ):
+                    pending.append((msg_id, f"actor stopped: {reason}", at))
+            if pending:
+                await self._dead_letter(db, pending)
+        return result
+
+    async def _dead_letter(self, db: aiosqlite.Connection, rows: list[tuple[str, str, float]]) -> None:
+        """Move mailbox rows to dead letters, answering any waiting ask with the reason."""
+        await db.executemany(
+            "INSERT OR REPLACE INTO replies (msg_id, actor_id, ok, payload, created_at) "
+            "SELECT msg_id, actor_id, 0, ?, ? FROM mailbox WHERE msg_id = ? AND wants_reply = 1",
+            [(_encode([reason]), at, msg_id) for msg_id, reason, at in rows],
+        )
+        await db.executemany(
+            "INSERT OR REPLACE INTO dead_letters (msg_id, actor_id, type, payload, attempts, errors, reason, created_at) "
+            "SELECT msg_id, actor_id, type, payload, attempts, errors, ?, ? FROM mailbox WHERE msg_id = ?",
+            [(reason, at, msg_id) for msg_id, reason, at in rows],
+        )
+        await db.executemany("DELETE FROM mailbox WHERE msg_id = ?", [(m,) for m, _, _ in rows])
+
+    async def _actors_in(self, db: aiosqlite.Connection, ids: list[str]) -> list[ActorRecord]:
+        out: list[ActorRecord] = []
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            rows = await db.execute_fetchall(f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE actor_id IN ({marks})", chunk)
+            out.extend(_actor(r) for r in rows)
+        return out
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def get_actor(self, actor_id: str) -> ActorRecord | None:
+        rows = await self._read(f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE actor_id = ?", (actor_id,))
+        return _actor(rows[0]) if rows else None
+
+    async def list_actors(self, *, parent_id: str | None = None) -> list[ActorRecord]:
+        if parent_id is None:
+            rows = await self._read(f"SELECT {_ACTOR_COLUMNS} FROM actors ORDER BY created_at, actor_id")
+        else:
+            rows = await self._read(
+                f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE parent_id = ? ORDER BY created_at, actor_id", (parent_id,)
+            )
+        return [_actor(r) for r in rows]
+
+    async def load_snapshot(self, actor_id: str) -> Snapshot | None:
+        rows = await self._read("SELECT seq, state FROM snapshots WHERE actor_id = ?", (actor_id,))
+        return Snapshot(seq=rows[0][0], state=rows[0][1]) if rows else None
+
+    async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
+        rows = await self._read(
+            "SELECT seq, payload FROM journal WHERE actor_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (actor_id, after_seq, limit),
+        )
+        return [JournalRow(seq, payload) for seq, payload in rows]
+
+    async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
+        rows = await self._read(
+            "SELECT seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply FROM mailbox "
+            "WHERE actor_id = ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
+            (actor_id, now, limit),
+        )
+        return [
+            StoredMessage(
+                msg_id=msg_id, actor_id=actor_id, type=type_, payload=payload, deliver_at=deliver_at,
+                attempts=attempts, errors=_decode_errors(errors, msg_id), wants_reply=bool(wants_reply), seq=seq,
+            )
+            for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply in rows
+        ]
+
+    async def new_messages(self, after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+        rows = await self._read(
+            "SELECT seq, actor_id, msg_id FROM mailbox WHERE seq > ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
+            (after_seq, now, limit),
+        )
+        return [(s, a, m) for s, a, m in rows]
+
+    async def orphaned(self, now: float, limit: int) -> list[str]:
+        rows = await self._read(
+            "SELECT DISTINCT m.actor_id FROM mailbox m JOIN actors a ON a.actor_id = m.actor_id "
+            "WHERE m.deliver_at <= ? AND (a.lease_owner IS NULL OR a.lease_expires < ? "
+            "OR a.lease_owner NOT IN (SELECT runtime_id FROM runtimes)) LIMIT ?",
+            (now, now, limit),
+        )
+        return [r[0] for r in rows]
+
+    async def due_between(self, after: float, upto: float) -> list[str]:
+        rows = await self._read(
+            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ?", (after, upto)
+        )
+        return [r[0] for r in rows]
+
+    async def get_replies(self, msg_ids: list[str]) -> list[Reply]:
+        out: list[Reply] = []
+        for chunk in _chunks(msg_ids):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._read(f"SELECT msg_id, ok, payload FROM replies WHERE msg_id IN ({marks})", chunk)
+            out.extend(Reply(msg_id=m, ok=bool(ok), payload=p) for m, ok, p in rows)
+        return out
+
+    async def find_dedup(self, actor_id: str, dedup_key: str) -> str | None:
+        rows = await self._read("SELECT msg_id FROM dedup WHERE actor_id = ? AND dedup_key = ?", (actor_id, dedup_key))
+        return str(rows[0][0]) if rows else None
+
+    async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]:
+        sql = "SELECT msg_id, actor_id, type, payload, attempts, errors, reason, created_at FROM dead_letters"
+        rows = await (
+            self._read(sql + " WHERE actor_id = ? ORDER BY created_at", (actor_id,))
+            if actor_id is not None
+            else self._read(sql + " ORDER BY created_at")
+        )
+        return [_dead_letter(r) for r in rows]
+
+    # -- small writes outside the group committer ---------------------------------------------
+
+    async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
+        async with self._write_lock:
+            db = self._w()
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                counts = []
+                for sql, params in sql_params:
+                    cur = await db.execute(sql, params)
+                    counts.append(cur.rowcount)
+                await db.execute("COMMIT")
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    if db.in_transaction:
+                        await db.execute("ROLLBACK")
+                raise
+            return counts
+
+    async def renew_leases(self, owner: str, expires: float) -> None:
+        await self._write([("UPDATE actors SET lease_expires = ? WHERE lease_owner = ?", (expires, owner))])
+
+    async def register_runtime(self, runtime_id: str, host: str, pid: int, started: float) -> None:
+        await self._write([("INSERT OR REPLACE INTO runtimes VALUES (?, ?, ?, ?)", (runtime_id, host, pid, started))])
+
+    async def list_runtimes(self) -> list[tuple[str, str, int, float]]:
+        rows = await self._read("SELECT runtime_id, host, pid, started_at FROM runtimes")
+        return [(r, h, p, s) for r, h, p, s in rows]
+
+    async def remove_runtime(self, runtime_id: str) -> None:
+        await self._write(
+            [
+                ("DELETE FROM runtimes WHERE runtime_id = ?", (runtime_id,)),
+                ("UPDATE actors SET lease_owner = NULL, lease_expires = 0 WHERE lease_owner = ?", (runtime_id,)),
+            ]
+        )
+
+    async def retry_dead_letter(self, msg_id: str, now: float) -> DeadLetter | None:
+        rows = await self._read(
+            "SELECT msg_id, actor_id, type, payload, attempts, errors, reason, created_at FROM dead_letters WHERE msg_id = ?",
+            (msg_id,),
+        )
+        if not rows:
+            return None
+        moved = await self._write(
+            [
+                (
+                    "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, attempts, errors, wants_reply, created_at) "
+                    "SELECT msg_id, actor_id, type, payload, ?, 0, NULL, 0, ? FROM dead_letters WHERE msg_id = ?",
+                    (now, now, msg_id),
+                ),
+                ("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,)),
+                ("DELETE FROM replies WHERE msg_id = ?", (msg_id,)),
+            ]
+        )
+        return _dead_letter(rows[0]) if moved[0] == 1 else None
+
+    async def discard_dead_letter(self, msg_id: str) -> bool:
+        return (await self._write([("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,))]))[0] == 1
+
+    async def purge(self, before: float) -> int:
+        counts = await self._write(
+            [
+                ("DELETE FROM dedup WHERE created_at < ?", (before,)),
+                ("DELETE FROM replies WHERE created_at < ?", (before,)),
+            ]
+        )
+        return sum(counts)
+
+
+_ACTOR_COLUMNS = (
+    "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
+)
+
+
+def _actor(row: Sequence[Any]) -> ActorRecord:
+    return ActorRecord(*row)
+
+
+def _dead_letter(row: Sequence[Any]) -> DeadLetter:
+    msg_id, actor_id, type_, payload, attempts, errors, reason, created_at = row
+    return DeadLetter(
+        msg_id=msg_id, actor_id=actor_id, type=type_, payload=payload, attempts=attempts,
+        errors=_decode_errors(errors, msg_id), reason=reason, created_at=created_at,
+    )

@@ -1,0 +1,238 @@
+"""The ``Store`` protocol and the records that cross it.
+
+Nothing outside ``tether.runtime`` touches SQL. The runtime talks to a store in two ways:
+
+* reads (``get_actor``, ``load_journal``, ``pending`` …), each its own snapshot;
+* ``apply(batch)``: one atomic transaction holding many actors' writes. The group committer
+  (``tether.runtime.committer``) builds batches; a store only has to apply one all-or-nothing.
+
+Fencing (I8) is enforced inside ``apply``: every write that carries a fence is checked against
+the actor's current fence in the same transaction, and a stale one is rejected on its own
+without touching the rest of the batch.
+
+Every implementation must pass ``tests/runtime/test_store_conformance.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class ActorRecord(msgspec.Struct, frozen=True):
+    """A row of the actor registry."""
+
+    actor_id: str
+    class_path: str
+    init: bytes
+    parent_id: str | None
+    status: str  # "active" (the default, passivated or not) | "stopped"
+    stop_reason: str | None
+    fence: int
+    lease_owner: str | None
+    lease_expires: float
+    created_at: float
+
+
+class StoredMessage(msgspec.Struct):
+    """A mailbox row, as delivered to an actor."""
+
+    msg_id: str
+    actor_id: str
+    type: str
+    payload: bytes
+    deliver_at: float
+    attempts: int
+    errors: list[str]
+    wants_reply: bool
+    seq: int = 0
+
+
+class JournalRow(msgspec.Struct, frozen=True, array_like=True):
+    seq: int
+    payload: bytes
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    seq: int
+    state: bytes
+
+
+class Reply(msgspec.Struct, frozen=True):
+    """The stored answer to an ask: the handler's return value, or why there is none."""
+
+    msg_id: str
+    ok: bool
+    payload: bytes  # encoded return value if ok, else the encoded error history (list[str])
+
+
+class DeadLetter(msgspec.Struct, frozen=True):
+    msg_id: str
+    actor_id: str
+    type: str
+    payload: bytes
+    attempts: int
+    errors: list[str]
+    reason: str
+    created_at: float
+
+
+# -- the writes a batch can hold ---------------------------------------------------------------
+
+
+class NewMessage(msgspec.Struct):
+    msg_id: str
+    actor_id: str
+    type: str
+    payload: bytes
+    deliver_at: float
+    created_at: float
+    dedup_key: str | None = None
+    wants_reply: bool = False
+
+
+class Spawn(msgspec.Struct):
+    record: ActorRecord
+
+
+class LeaseAcquire(msgspec.Struct):
+    """Take the actor's lease if it is free, expired, ours, or held by a runtime known dead."""
+
+    actor_id: str
+    owner: str
+    expires: float
+    now: float
+
+
+class LeaseRelease(msgspec.Struct):
+    actor_id: str
+    fence: int
+
+
+class StepCommit(msgspec.Struct):
+    """One processed message (I2): its events, outbox, reply and ack, plus the next claim."""
+
+    actor_id: str
+    fence: int
+    msg_id: str
+    events: list[JournalRow]
+    outbox: list[NewMessage]
+    reply: bytes | None = None
+    snapshot: Snapshot | None = None
+    claim_next: str | None = None
+    stop_reason: str | None = None
+
+
+class Claim(msgspec.Struct):
+    """Count a delivery attempt before the handler runs, so a process-killing message is counted."""
+
+    actor_id: str
+    fence: int
+    msg_id: str
+
+
+class AttemptFailed(msgspec.Struct):
+    """A handler raised: record the error; at ``max_attempts`` move the message to dead letters."""
+
+    actor_id: str
+    fence: int
+    msg_id: str
+    errors: list[str]
+    dead_letter_reason: str | None = None  # set: move to dead letters with this reason
+    now: float = 0.0
+
+
+class StopActor(msgspec.Struct):
+    """Mark the actor stopped; its pending messages go to dead letters with the reason."""
+
+    actor_id: str
+    reason: str
+    now: float
+
+
+class Batch(msgspec.Struct):
+    spawns: list[Spawn] = msgspec.field(default_factory=list)
+    releases: list[LeaseRelease] = msgspec.field(default_factory=list)
+    acquires: list[LeaseAcquire] = msgspec.field(default_factory=list)
+    messages: list[NewMessage] = msgspec.field(default_factory=list)
+    steps: list[StepCommit] = msgspec.field(default_factory=list)
+    claims: list[Claim] = msgspec.field(default_factory=list)
+    failures: list[AttemptFailed] = msgspec.field(default_factory=list)
+    stops: list[StopActor] = msgspec.field(default_factory=list)
+
+
+class BatchResult(msgspec.Struct):
+    """Per-write outcomes of an applied batch."""
+
+    # spawn: the record now stored under that id (the existing one if the id was taken)
+    spawned: dict[str, ActorRecord] = msgspec.field(default_factory=dict)
+    # lease acquisition: actor id -> new fence, or None when someone else holds it
+    leases: dict[str, int | None] = msgspec.field(default_factory=dict)
+    # dedup: msg_id of a message that was a duplicate -> msg_id of the one stored first
+    duplicates: dict[str, str] = msgspec.field(default_factory=dict)
+    # actor ids whose fenced writes in this batch were rejected as stale (I8)
+    stale: set[str] = msgspec.field(default_factory=set)
+
+
+class Store(Protocol):
+    """Durable storage for actors, mailboxes, journals, replies and dead letters."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def apply(self, batch: Batch) -> BatchResult:
+        """Apply every write of ``batch`` in one transaction, all or nothing (except stale
+        fenced writes, which are skipped and reported in ``BatchResult.stale``)."""
+        ...
+
+    async def get_actor(self, actor_id: str) -> ActorRecord | None: ...
+
+    async def list_actors(self, *, parent_id: str | None = None) -> list[ActorRecord]: ...
+
+    async def load_snapshot(self, actor_id: str) -> Snapshot | None: ...
+
+    async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]: ...
+
+    async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
+        """Due messages of one actor, in mailbox order."""
+        ...
+
+    async def new_messages(self, after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+        """``(seq, actor_id, msg_id)`` of due messages stored after ``after_seq``."""
+        ...
+
+    async def orphaned(self, now: float, limit: int) -> list[str]:
+        """Ids of actors with due messages whose lease is free, expired or held by a dead runtime."""
+        ...
+
+    async def due_between(self, after: float, upto: float) -> list[str]:
+        """Ids of actors with a delayed message whose ``deliver_at`` is in ``(after, upto]``."""
+        ...
+
+    async def get_replies(self, msg_ids: list[str]) -> list[Reply]: ...
+
+    async def find_dedup(self, actor_id: str, dedup_key: str) -> str | None: ...
+
+    async def renew_leases(self, owner: str, expires: float) -> None: ...
+
+    async def register_runtime(self, runtime_id: str, host: str, pid: int, started: float) -> None: ...
+
+    async def list_runtimes(self) -> list[tuple[str, str, int, float]]: ...
+
+    async def remove_runtime(self, runtime_id: str) -> None: ...
+
+    async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]: ...
+
+    async def retry_dead_letter(self, msg_id: str, now: float) -> DeadLetter | None:
+        """Move a dead letter back to its actor's mailbox with a fresh attempt count."""
+        ...
+
+    async def discard_dead_letter(self, msg_id: str) -> bool: ...
+
+    async def purge(self, before: float) -> int:
+        """Delete dedup keys and replies older than ``before``; return how many rows went."""
+        ...

@@ -1,0 +1,1 @@
+"""Supervision: strategies, child specs, restart intensity, backoff and directives."""
