@@ -220,7 +220,9 @@ def _members(annotation: Any, base: type[Any], where: str) -> tuple[Any, ...]:
     The base class itself (or ``Any``) stands for every subclass defined so far.
     """
     origin = typing.get_origin(annotation)
-    members = typing.get_args(annotation) if origin in (typing.Union, types.UnionType) else (annotation,)
+    members = (
+        typing.get_args(annotation) if origin in (typing.Union, types.UnionType) else (annotation,)
+    )
     found: list[type[Any]] = []
     for member in members:
         if member is type(None):

@@ -16,4 +16,3 @@ class Message(msgspec.Struct, frozen=True, tag=True, kw_only=True):
 
 class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True):
     """Base class for everything an actor persists to its journal. Subclass it with typed fields."""
-

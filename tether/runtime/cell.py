@@ -70,7 +70,9 @@ class Deactivate(Exception):
 class Cell:
     """One active actor. Implements ``tether.actors.actor.ActorCell`` for its instance."""
 
-    def __init__(self, runtime: Runtime, spec: ActorSpec, actor_id: str, init: dict[str, Any], fence: int) -> None:
+    def __init__(
+        self, runtime: Runtime, spec: ActorSpec, actor_id: str, init: dict[str, Any], fence: int
+    ) -> None:
         self.runtime = runtime
         self.spec = spec
         self._actor_id = actor_id
@@ -112,7 +114,9 @@ class Cell:
         if step is None or step.closed:
             raise ConfigError(f"{self._actor_id}: persist() is only allowed inside handle()")
         if not isinstance(event, Event):
-            raise TypeError(f"{self._actor_id}: persist() takes a tether.Event, not {type(event).__name__}")
+            raise TypeError(
+                f"{self._actor_id}: persist() takes a tether.Event, not {type(event).__name__}"
+            )
         if type(event) not in self.spec.event_types:
             accepted = ", ".join(t.__name__ for t in self.spec.event_types) or "none"
             raise ConfigError(
@@ -150,11 +154,12 @@ class Cell:
                     await self._deliver(msg)
                     continue
                 if self.stop_reason is not None:
-                    break  # stopped for good: the stop's commit releases the lease
+                    await self._safe_on_stop()  # stopped for good: the stop's commit ends the lease
+                    return
                 if self.leaving or self.runtime.detach_if_idle(self):
+                    await self._safe_on_stop()
                     await self._release()
-                    break
-            await self._safe_on_stop()
+                    return
         except Deactivate as exc:
             log.info("actor_deactivated", reason=str(exc))
         except Exception as exc:
@@ -179,7 +184,9 @@ class Cell:
             try:
                 state = self._state_decoder.decode(snap.state)
             except msgspec.DecodeError as exc:
-                raise CorruptRecordError(f"snapshot of {self._actor_id!r} at seq {snap.seq} cannot be decoded: {exc}") from exc
+                raise CorruptRecordError(
+                    f"snapshot of {self._actor_id!r} at seq {snap.seq} cannot be decoded: {exc}"
+                ) from exc
             seq = snap.seq
         else:
             state = self._state_decoder.decode(self.runtime.encode(self.spec.cls.initial_state))
@@ -190,7 +197,9 @@ class Cell:
         while True:
             rows = await store.load_journal(self._actor_id, seq, _JOURNAL_CHUNK)
             if rows and decode is None:
-                raise CorruptRecordError(f"{self._actor_id!r} has journal events but its class folds none")
+                raise CorruptRecordError(
+                    f"{self._actor_id!r} has journal events but its class folds none"
+                )
             for row in rows:
                 try:
                     event = decode(row.payload)  # type: ignore[misc]
@@ -208,7 +217,9 @@ class Cell:
         try:
             instance = self.spec.cls(**self.init)
         except TypeError as exc:
-            raise ConfigError(f"cannot construct {self.spec.cls.__qualname__}(**{self.init!r}): {exc}") from exc
+            raise ConfigError(
+                f"cannot construct {self.spec.cls.__qualname__}(**{self.init!r}): {exc}"
+            ) from exc
         instance._tether_cell = self
         return instance
 
@@ -282,7 +293,9 @@ class Cell:
         if m.msg_id not in self.claimed:
             if m.attempts >= max_attempts:
                 # Every counted attempt began and none finished: the process died each time.
-                await self._fail(m, _unfinished(m, m.attempts), f"delivered {m.attempts} times without finishing")
+                await self._fail(
+                    m, _unfinished(m, m.attempts), f"delivered {m.attempts} times without finishing"
+                )
                 return
             await self._commit(Claim(self._actor_id, self.fence, m.msg_id))
             m.attempts += 1
@@ -292,7 +305,10 @@ class Cell:
         try:
             msg = self._msg_decoder.decode(m.payload)
         except msgspec.DecodeError as exc:
-            errors = [*_unfinished(m, m.attempts - 1), f"attempt {m.attempts}: undecodable payload for {self._actor_id!r}: {exc}"]
+            errors = [
+                *_unfinished(m, m.attempts - 1),
+                f"attempt {m.attempts}: undecodable payload for {self._actor_id!r}: {exc}",
+            ]
             await self._fail(m, errors, "undecodable message")
             return
 
@@ -305,10 +321,17 @@ class Cell:
             reply_bytes = rt.encode_reply(self.spec, reply) if m.wants_reply else None
         except Exception as exc:
             self._state = state_before
-            errors = [*_unfinished(m, m.attempts - 1), f"attempt {m.attempts}: {type(exc).__name__}: {exc}"]
+            errors = [
+                *_unfinished(m, m.attempts - 1),
+                f"attempt {m.attempts}: {type(exc).__name__}: {exc}",
+            ]
             telemetry.log.warning(
-                "handler_failed", actor_id=self._actor_id, msg_id=m.msg_id, attempt=m.attempts,
-                error=repr(exc), traceback="".join(traceback.format_exception(exc)[-3:]),
+                "handler_failed",
+                actor_id=self._actor_id,
+                msg_id=m.msg_id,
+                attempt=m.attempts,
+                error=repr(exc),
+                traceback="".join(traceback.format_exception(exc)[-3:]),
             )
             if m.attempts >= max_attempts:
                 await self._fail(m, errors, f"failed {m.attempts} times")
@@ -330,10 +353,20 @@ class Cell:
         if events and new_seq // every > self.seq // every:
             snapshot = Snapshot(new_seq, rt.encode(self._state))
         nxt = self.buffer[1] if len(self.buffer) > 1 else None
-        claim_next = nxt.msg_id if nxt is not None and nxt.msg_id not in self.claimed and nxt.attempts < max_attempts else None
+        claim_next = (
+            nxt.msg_id
+            if nxt is not None and nxt.msg_id not in self.claimed and nxt.attempts < max_attempts
+            else None
+        )
         commit = StepCommit(
-            actor_id=self._actor_id, fence=self.fence, msg_id=m.msg_id, events=events,
-            outbox=step.outbox, reply=reply_bytes, snapshot=snapshot, claim_next=claim_next,
+            actor_id=self._actor_id,
+            fence=self.fence,
+            msg_id=m.msg_id,
+            events=events,
+            outbox=step.outbox,
+            reply=reply_bytes,
+            snapshot=snapshot,
+            claim_next=claim_next,
             stop_reason=step.stop_reason,
         )
         try:
@@ -362,14 +395,27 @@ class Cell:
         """Move ``m`` to dead letters with its error history; the actor goes on (I7)."""
         reason = f"{why}; max_attempts={self.runtime.max_attempts}"
         await self._commit(
-            AttemptFailed(self._actor_id, self.fence, m.msg_id, errors, dead_letter_reason=reason, now=self.runtime.clock())
+            AttemptFailed(
+                self._actor_id,
+                self.fence,
+                m.msg_id,
+                errors,
+                dead_letter_reason=reason,
+                now=self.runtime.clock(),
+            )
         )
         if self.buffer and self.buffer[0] is m:
             self.buffer.popleft()
         self.known.discard(m.msg_id)
         self.claimed.discard(m.msg_id)
         telemetry.dead_letters.add(1)
-        telemetry.log.error("message_dead_lettered", actor_id=self._actor_id, msg_id=m.msg_id, reason=reason, errors=errors)
+        telemetry.log.error(
+            "message_dead_lettered",
+            actor_id=self._actor_id,
+            msg_id=m.msg_id,
+            reason=reason,
+            errors=errors,
+        )
         self.runtime.reply_failed(m.msg_id, self._actor_id, [*errors, reason])
 
     async def _commit(self, write: Any) -> Any:
@@ -406,4 +452,3 @@ def _union(types: tuple[type[Any], ...]) -> Any:
     import typing
 
     return typing.Union[types]  # noqa: UP007 - built at run time from a tuple
-

@@ -23,6 +23,7 @@ from tether.runtime.store import (
     Batch,
     BatchResult,
     Claim,
+    FencedWrite,
     LeaseAcquire,
     LeaseRelease,
     NewMessage,
@@ -34,7 +35,16 @@ from tether.runtime.store import (
 
 log = structlog.get_logger("tether.commit")
 
-Write = Spawn | LeaseAcquire | LeaseRelease | NewMessage | StepCommit | Claim | AttemptFailed | StopActor
+Write = (
+    Spawn
+    | LeaseAcquire
+    | LeaseRelease
+    | NewMessage
+    | StepCommit
+    | Claim
+    | AttemptFailed
+    | StopActor
+)
 
 _FIELD: dict[type[Any], str] = {
     Spawn: "spawns",
@@ -112,7 +122,9 @@ class GroupCommitter:
                     _settle([item], one, None)
             return
         except BaseException as exc:
-            _settle(taken, None, exc if isinstance(exc, Exception) else JournalWriteError("cancelled"))
+            _settle(
+                taken, None, exc if isinstance(exc, Exception) else JournalWriteError("cancelled")
+            )
             raise
         self.commits += 1
         self.writes += len(taken)
@@ -135,19 +147,18 @@ def _settle(
         if fut.done():
             continue
         if error is not None:
-            wrapped = error if isinstance(error, JournalWriteError) else JournalWriteError(
-                f"commit failed: {error!r}"
+            wrapped = (
+                error
+                if isinstance(error, JournalWriteError)
+                else JournalWriteError(f"commit failed: {error!r}")
             )
             if wrapped is not error:
                 wrapped.__cause__ = error
             fut.set_exception(wrapped)
-        elif result is not None and _fenced(write) and write.actor_id in result.stale:
-            fut.set_exception(StaleLeaseError(write.actor_id, write.fence))  # type: ignore[union-attr]
+        elif (
+            result is not None and isinstance(write, FencedWrite) and write.actor_id in result.stale
+        ):
+            fut.set_exception(StaleLeaseError(write.actor_id, write.fence))
         else:
             assert result is not None
             fut.set_result(result)
-
-
-def _fenced(write: Write) -> bool:
-    return isinstance(write, StepCommit | Claim | AttemptFailed | LeaseRelease)
-

@@ -66,8 +66,14 @@ class MemoryStore:
         result = BatchResult()
         # Validate first, then mutate in place: nothing below the checks can fail, so a batch is
         # applied whole or not at all, in time proportional to the batch, not to the store.
-        actors, mailbox, dedup, replies, dead = self.actors, self.mailbox, self.dedup, self.replies, self.dead
-        for op in (*batch.releases, *batch.steps, *batch.claims, *batch.failures):
+        actors, mailbox, dedup, replies, dead = (
+            self.actors,
+            self.mailbox,
+            self.dedup,
+            self.replies,
+            self.dead,
+        )
+        for op in batch.fenced():
             rec = actors.get(op.actor_id)
             if rec is None or rec.fence != op.fence:
                 result.stale.add(op.actor_id)
@@ -89,14 +95,20 @@ class MemoryStore:
         for rel in batch.releases:
             rec = actors.get(rel.actor_id)
             if rel.actor_id not in stale and rec is not None and rec.fence == rel.fence:
-                actors[rel.actor_id] = msgspec.structs.replace(rec, lease_owner=None, lease_expires=0.0)
+                actors[rel.actor_id] = msgspec.structs.replace(
+                    rec, lease_owner=None, lease_expires=0.0
+                )
         for acq in batch.acquires:
             rec = actors.get(acq.actor_id)
-            free = rec is not None and rec.status == "active" and (
-                rec.lease_owner is None
-                or rec.lease_owner == acq.owner
-                or rec.lease_expires < acq.now
-                or rec.lease_owner not in self.runtimes
+            free = (
+                rec is not None
+                and rec.status == "active"
+                and (
+                    rec.lease_owner is None
+                    or rec.lease_owner == acq.owner
+                    or rec.lease_expires < acq.now
+                    or rec.lease_owner not in self.runtimes
+                )
             )
             if rec is not None and free:
                 rec = msgspec.structs.replace(
@@ -141,8 +153,14 @@ class MemoryStore:
                 payload = msgspec.msgpack.encode([reason])
                 replies[msg_id] = _ReplyRow(Reply(msg_id, False, payload), at)
             dead[msg_id] = DeadLetter(
-                msg_id=msg_id, actor_id=row.msg.actor_id, type=row.msg.type, payload=row.msg.payload,
-                attempts=row.attempts, errors=list(row.errors), reason=reason, created_at=at,
+                msg_id=msg_id,
+                actor_id=row.msg.actor_id,
+                type=row.msg.type,
+                payload=row.msg.payload,
+                attempts=row.attempts,
+                errors=list(row.errors),
+                reason=reason,
+                created_at=at,
             )
 
         for f in batch.failures:
@@ -161,8 +179,12 @@ class MemoryStore:
             rec = actors.get(actor_id)
             if rec is not None:
                 actors[actor_id] = msgspec.structs.replace(
-                    rec, status="stopped", stop_reason=reason, fence=rec.fence + 1,
-                    lease_owner=None, lease_expires=0.0,
+                    rec,
+                    status="stopped",
+                    stop_reason=reason,
+                    fence=rec.fence + 1,
+                    lease_owner=None,
+                    lease_expires=0.0,
                 )
             for msg_id in [k for k, r in mailbox.items() if r.msg.actor_id == actor_id]:
                 dead_letter(msg_id, f"actor stopped: {reason}", at)
@@ -190,17 +212,29 @@ class MemoryStore:
     def _stored(self, row: _Row) -> StoredMessage:
         m = row.msg
         return StoredMessage(
-            msg_id=m.msg_id, actor_id=m.actor_id, type=m.type, payload=m.payload,
-            deliver_at=m.deliver_at, attempts=row.attempts, errors=list(row.errors),
-            wants_reply=m.wants_reply, seq=row.seq,
+            msg_id=m.msg_id,
+            actor_id=m.actor_id,
+            type=m.type,
+            payload=m.payload,
+            deliver_at=m.deliver_at,
+            attempts=row.attempts,
+            errors=list(row.errors),
+            wants_reply=m.wants_reply,
+            seq=row.seq,
         )
 
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
         self._check()
-        rows = [r for r in self.mailbox.values() if r.msg.actor_id == actor_id and r.msg.deliver_at <= now]
+        rows = [
+            r
+            for r in self.mailbox.values()
+            if r.msg.actor_id == actor_id and r.msg.deliver_at <= now
+        ]
         return [self._stored(r) for r in rows[:limit]]
 
-    async def new_messages(self, after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+    async def new_messages(
+        self, after_seq: int, now: float, limit: int
+    ) -> list[tuple[int, str, str]]:
         self._check()
         rows = [r for r in self.mailbox.values() if r.seq > after_seq and r.msg.deliver_at <= now]
         return [(r.seq, r.msg.actor_id, r.msg.msg_id) for r in rows[:limit]]
@@ -212,7 +246,11 @@ class MemoryStore:
             rec = self.actors.get(r.msg.actor_id)
             if rec is None or r.msg.deliver_at > now:
                 continue
-            if rec.lease_owner is None or rec.lease_expires < now or rec.lease_owner not in self.runtimes:
+            if (
+                rec.lease_owner is None
+                or rec.lease_expires < now
+                or rec.lease_owner not in self.runtimes
+            ):
                 out[rec.actor_id] = None
         return list(out)[:limit]
 
@@ -264,8 +302,12 @@ class MemoryStore:
         self.replies.pop(msg_id, None)
         self._seq += 1
         msg = NewMessage(
-            msg_id=d.msg_id, actor_id=d.actor_id, type=d.type, payload=d.payload,
-            deliver_at=now, created_at=now,
+            msg_id=d.msg_id,
+            actor_id=d.actor_id,
+            type=d.type,
+            payload=d.payload,
+            deliver_at=now,
+            created_at=now,
         )
         self.mailbox[msg_id] = _Row(seq=self._seq, msg=msg)
         return d

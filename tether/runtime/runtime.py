@@ -104,7 +104,11 @@ class Runtime:
             _positive("passivate_after", passivate_after)
         if store is None:
             path_str = os.fspath(path)
-            store = MemoryStore() if path_str == ":memory:" else SqliteStore(path_str, durability=durability)
+            store = (
+                MemoryStore()
+                if path_str == ":memory:"
+                else SqliteStore(path_str, durability=durability)
+            )
         self.store: Store = store
         self.path = None if isinstance(store, MemoryStore) else os.fspath(path)
         self.max_attempts = max_attempts
@@ -144,7 +148,9 @@ class Runtime:
         await self.store.open()
         try:
             now = self.clock()
-            await self.store.register_runtime(self.runtime_id, self.host, os.getpid(), _process_start(os.getpid()) or now)
+            await self.store.register_runtime(
+                self.runtime_id, self.host, os.getpid(), _process_start(os.getpid()) or now
+            )
             await self._reap_dead_runtimes()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
@@ -156,11 +162,16 @@ class Runtime:
         self._tg.start_soon(self._scheduler)
         self._tg.start_soon(self._renew_leases)
         self._tg.start_soon(self._purge)
-        telemetry.log.info("runtime_opened", runtime_id=self.runtime_id, store=self.path or ":memory:")
+        telemetry.log.info(
+            "runtime_opened", runtime_id=self.runtime_id, store=self.path or ":memory:"
+        )
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.aclose()
 
@@ -193,7 +204,9 @@ class Runtime:
 
     def _check_open(self) -> None:
         if not self._open:
-            raise RuntimeClosed("the Runtime is not open; use `async with tether.Runtime(...) as rt:`")
+            raise RuntimeClosed(
+                "the Runtime is not open; use `async with tether.Runtime(...) as rt:`"
+            )
 
     # -- spawning and addressing --------------------------------------------------------------
 
@@ -218,8 +231,15 @@ class Runtime:
             raise ConfigError(f"spawn arguments of {actor_id!r} cannot be stored: {exc}") from exc
         _decode_init(spec, init_bytes)  # the values recovery will see, checked now
         record = ActorRecord(
-            actor_id=actor_id, class_path=spec.class_path, init=init_bytes, parent_id=parent_id,
-            status="active", stop_reason=None, fence=0, lease_owner=None, lease_expires=0.0,
+            actor_id=actor_id,
+            class_path=spec.class_path,
+            init=init_bytes,
+            parent_id=parent_id,
+            status="active",
+            stop_reason=None,
+            fence=0,
+            lease_owner=None,
+            lease_expires=0.0,
             created_at=self.clock(),
         )
         result = await self.committer.submit(Spawn(record))
@@ -257,7 +277,9 @@ class Runtime:
 
     # -- sending ------------------------------------------------------------------------------
 
-    async def tell(self, actor_id: str, msg: Message, *, dedup_key: str | None, delay: float | None) -> None:
+    async def tell(
+        self, actor_id: str, msg: Message, *, dedup_key: str | None, delay: float | None
+    ) -> None:
         self._check_open()
         new = await self._prepare(actor_id, msg, dedup_key, delay, wants_reply=False)
         step = current_step.get()
@@ -268,7 +290,9 @@ class Runtime:
         if new.msg_id not in result.duplicates:
             self._route(new)
 
-    async def ask(self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None) -> Any:
+    async def ask(
+        self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None
+    ) -> Any:
         self._check_open()
         if timeout <= 0:
             raise ConfigError(f"ask timeout must be positive, not {timeout!r}")
@@ -314,7 +338,13 @@ class Runtime:
         telemetry.log.info("actor_stopped", actor_id=actor_id, reason=reason)
 
     async def _prepare(
-        self, actor_id: str, msg: Message, dedup_key: str | None, delay: float | None, *, wants_reply: bool
+        self,
+        actor_id: str,
+        msg: Message,
+        dedup_key: str | None,
+        delay: float | None,
+        *,
+        wants_reply: bool,
     ) -> NewMessage:
         spec, status = await self._spec_of(actor_id)
         if type(msg) not in spec.message_types:
@@ -329,14 +359,20 @@ class Runtime:
         payload = self.encode(msg)
         if len(payload) > self.max_message_bytes:
             raise MessageRejected(
-                actor_id, f"{type(msg).__name__} of {len(payload)} bytes (limit {self.max_message_bytes})",
+                actor_id,
+                f"{type(msg).__name__} of {len(payload)} bytes (limit {self.max_message_bytes})",
                 spec.accepted_names,
             )
         now = self.clock()
         return NewMessage(
-            msg_id=f"{self._id_prefix}-{next(self._ids)}", actor_id=actor_id, type=type(msg).__name__,
-            payload=payload, deliver_at=now + delay if delay else now, created_at=now,
-            dedup_key=dedup_key, wants_reply=wants_reply,
+            msg_id=f"{self._id_prefix}-{next(self._ids)}",
+            actor_id=actor_id,
+            type=type(msg).__name__,
+            payload=payload,
+            deliver_at=now + delay if delay else now,
+            created_at=now,
+            dedup_key=dedup_key,
+            wants_reply=wants_reply,
         )
 
     def _route(self, new: NewMessage) -> None:
@@ -349,8 +385,14 @@ class Runtime:
         if cell is not None:
             cell.offer(
                 StoredMessage(
-                    msg_id=new.msg_id, actor_id=new.actor_id, type=new.type, payload=new.payload,
-                    deliver_at=new.deliver_at, attempts=0, errors=[], wants_reply=new.wants_reply,
+                    msg_id=new.msg_id,
+                    actor_id=new.actor_id,
+                    type=new.type,
+                    payload=new.payload,
+                    deliver_at=new.deliver_at,
+                    attempts=0,
+                    errors=[],
+                    wants_reply=new.wants_reply,
                 )
             )
         else:
@@ -408,7 +450,9 @@ class Runtime:
                 self._resolve(reply.msg_id, value)
             else:
                 errors = msgspec.msgpack.decode(reply.payload, type=list[str])
-                self._resolve(reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors))
+                self._resolve(
+                    reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
+                )
 
     def _reply_decoder(self, spec: ActorSpec) -> msgspec.msgpack.Decoder[Any]:
         dec = self._reply_decoders.get(spec.reply_type)
@@ -483,7 +527,12 @@ class Runtime:
     async def _activate(self, actor_id: str) -> Cell | None:
         """Take the actor's lease and start its cell here; None if someone else holds it."""
         cell = self.cells.get(actor_id)
-        if cell is not None or actor_id in self._activating or actor_id in self._stopping or not self._open:
+        if (
+            cell is not None
+            or actor_id in self._activating
+            or actor_id in self._stopping
+            or not self._open
+        ):
             return cell
         now = self.clock()
         if self._not_before.get(actor_id, 0.0) > now:
@@ -499,7 +548,9 @@ class Runtime:
                 # Messages stored by another process after the stop: record them, drop nothing.
                 await self.committer.submit(StopActor(actor_id, rec.stop_reason or "stopped", now))
                 return None
-            result = await self.committer.submit(LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now))
+            result = await self.committer.submit(
+                LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now)
+            )
             fence = result.leases.get(actor_id)
             if fence is None:
                 self._not_before[actor_id] = now + self.lease_ttl / 2
@@ -580,7 +631,9 @@ class Runtime:
             if runtime_id == self.runtime_id or host != self.host:
                 continue
             start = _process_start(pid)
-            if start is None or (start and started and abs(start - started) > 1.0):  # gone, or pid reused
+            if start is None or (
+                start and started and abs(start - started) > 1.0
+            ):  # gone, or pid reused
                 telemetry.log.info("dead_runtime_reaped", runtime_id=runtime_id, pid=pid)
                 await self.store.remove_runtime(runtime_id)
 
@@ -598,12 +651,16 @@ class Runtime:
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
-        raise ConfigError(f"{name} must be a positive {'integer' if integer else 'number'}, not {value!r}")
+        raise ConfigError(
+            f"{name} must be a positive {'integer' if integer else 'number'}, not {value!r}"
+        )
 
 
 def _check_id(actor_id: Any) -> None:
     if not isinstance(actor_id, str) or not actor_id or len(actor_id) > _MAX_ID_LEN:
-        raise ConfigError(f"actor id must be a non-empty string of at most {_MAX_ID_LEN} characters, not {actor_id!r}")
+        raise ConfigError(
+            f"actor id must be a non-empty string of at most {_MAX_ID_LEN} characters, not {actor_id!r}"
+        )
 
 
 def _decode_init(spec: ActorSpec, init: bytes) -> dict[str, Any]:
@@ -611,14 +668,18 @@ def _decode_init(spec: ActorSpec, init: bytes) -> dict[str, Any]:
     try:
         raw = msgspec.msgpack.decode(init)
     except msgspec.DecodeError as exc:
-        raise ConfigError(f"stored spawn arguments of {spec.class_path} cannot be decoded: {exc}") from exc
+        raise ConfigError(
+            f"stored spawn arguments of {spec.class_path} cannot be decoded: {exc}"
+        ) from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"stored spawn arguments of {spec.class_path} are not a mapping")
     hints = _init_hints(spec.cls)
     try:
         return {k: msgspec.convert(v, hints[k]) if k in hints else v for k, v in raw.items()}
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"spawn arguments of {spec.class_path} do not match its constructor: {exc}") from exc
+        raise ConfigError(
+            f"spawn arguments of {spec.class_path} do not match its constructor: {exc}"
+        ) from exc
 
 
 def _init_hints(cls: type[Any]) -> dict[str, Any]:
@@ -650,7 +711,9 @@ def _process_start(pid: int) -> float | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
         ticks = int(stat.rsplit(")", 1)[1].split()[19])
         boot = next(
-            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
         )
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):

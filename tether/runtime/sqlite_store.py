@@ -147,11 +147,15 @@ class SqliteStore:
         if self.path != ":memory:":
             folder = Path(self.path).resolve().parent
             if not folder.is_dir():
-                raise StoreOpenError(f"cannot open store {self.path!r}: folder {folder} does not exist")
+                raise StoreOpenError(
+                    f"cannot open store {self.path!r}: folder {folder} does not exist"
+                )
             if Path(self.path).exists() and not os.access(self.path, os.R_OK | os.W_OK):
                 raise StoreOpenError(f"cannot open store {self.path!r}: the file is not writable")
             if not Path(self.path).exists() and not os.access(folder, os.W_OK):
-                raise StoreOpenError(f"cannot create store {self.path!r}: folder {folder} is not writable")
+                raise StoreOpenError(
+                    f"cannot create store {self.path!r}: folder {folder} is not writable"
+                )
         try:
             self._writer = await self._connect()
             await self._ensure_schema(self._writer)
@@ -176,18 +180,27 @@ class SqliteStore:
     async def _ensure_schema(self, db: aiosqlite.Connection) -> None:
         await db.execute("BEGIN IMMEDIATE")
         try:
-            tables = {row[0] for row in await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = {
+                row[0]
+                for row in await db.execute_fetchall(
+                    "SELECT name FROM sqlite_master WHERE type='table'"
+                )
+            }
             if not tables:
                 # executescript would commit first; run each statement inside this transaction
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     await db.execute(statement)
-                await db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                await db.execute(
+                    "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
             elif "meta" not in tables:
                 raise SchemaVersionError(
                     f"{self.path!r} is an SQLite file but not a tether store (no meta table)"
                 )
             else:
-                rows = list(await db.execute_fetchall("SELECT value FROM meta WHERE key='schema_version'"))
+                rows = list(
+                    await db.execute_fetchall("SELECT value FROM meta WHERE key='schema_version'")
+                )
                 found = rows[0][0] if rows else None
                 if found != str(SCHEMA_VERSION):
                     raise SchemaVersionError(
@@ -244,7 +257,7 @@ class SqliteStore:
 
         # I8: check every fenced write against the current fence, in this transaction.
         fenced: dict[str, set[int]] = {}
-        for op in (*b.releases, *b.steps, *b.claims, *b.failures):
+        for op in b.fenced():
             fenced.setdefault(op.actor_id, set()).add(op.fence)
         if fenced:
             current: dict[str, int] = {}
@@ -290,9 +303,13 @@ class SqliteStore:
             wanted = {a.actor_id: a for a in b.acquires}
             got = {r.actor_id: r for r in await self._actors_in(db, list(wanted))}
             for actor_id, a in wanted.items():
-                rec = got.get(actor_id)
-                won = rec is not None and rec.lease_owner == a.owner and rec.lease_expires == a.expires
-                result.leases[actor_id] = rec.fence if won and rec is not None else None
+                now_rec = got.get(actor_id)
+                won = (
+                    now_rec is not None
+                    and now_rec.lease_owner == a.owner
+                    and now_rec.lease_expires == a.expires
+                )
+                result.leases[actor_id] = now_rec.fence if won and now_rec is not None else None
 
         steps = [s for s in b.steps if s.actor_id not in stale]
         messages = list(b.messages)
@@ -310,8 +327,18 @@ class SqliteStore:
                 "SELECT ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
                 "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
                 [
-                    (m.msg_id, m.actor_id, m.type, m.payload, m.deliver_at, int(m.wants_reply),
-                     m.created_at, m.actor_id, m.dedup_key, m.msg_id)
+                    (
+                        m.msg_id,
+                        m.actor_id,
+                        m.type,
+                        m.payload,
+                        m.deliver_at,
+                        int(m.wants_reply),
+                        m.created_at,
+                        m.actor_id,
+                        m.dedup_key,
+                        m.msg_id,
+                    )
                     for m in messages
                 ],
             )
@@ -335,10 +362,19 @@ class SqliteStore:
         if steps:
             journal = [(s.actor_id, e.seq, e.payload) for s in steps for e in s.events]
             if journal:
-                await db.executemany("INSERT INTO journal (actor_id, seq, payload) VALUES (?, ?, ?)", journal)
-            snaps = [(s.actor_id, s.snapshot.seq, s.snapshot.state) for s in steps if s.snapshot is not None]
+                await db.executemany(
+                    "INSERT INTO journal (actor_id, seq, payload) VALUES (?, ?, ?)", journal
+                )
+            snaps = [
+                (s.actor_id, s.snapshot.seq, s.snapshot.state)
+                for s in steps
+                if s.snapshot is not None
+            ]
             if snaps:
-                await db.executemany("INSERT OR REPLACE INTO snapshots (actor_id, seq, state) VALUES (?, ?, ?)", snaps)
+                await db.executemany(
+                    "INSERT OR REPLACE INTO snapshots (actor_id, seq, state) VALUES (?, ?, ?)",
+                    snaps,
+                )
             replies = [(s.msg_id, s.actor_id, s.reply) for s in steps if s.reply is not None]
             if replies:
                 await db.executemany(
@@ -346,12 +382,17 @@ class SqliteStore:
                     "SELECT ?, ?, 1, ?, created_at FROM mailbox WHERE msg_id = ?",
                     [(m, a, p, m) for m, a, p in replies],
                 )
-            await db.executemany("DELETE FROM mailbox WHERE msg_id = ?", [(s.msg_id,) for s in steps])
+            await db.executemany(
+                "DELETE FROM mailbox WHERE msg_id = ?", [(s.msg_id,) for s in steps]
+            )
 
         claims = [c.msg_id for c in b.claims if c.actor_id not in stale]
         claims.extend(s.claim_next for s in steps if s.claim_next is not None)
         if claims:
-            await db.executemany("UPDATE mailbox SET attempts = attempts + 1 WHERE msg_id = ?", [(m,) for m in claims])
+            await db.executemany(
+                "UPDATE mailbox SET attempts = attempts + 1 WHERE msg_id = ?",
+                [(m,) for m in claims],
+            )
 
         failures = [f for f in b.failures if f.actor_id not in stale]
         if failures:
@@ -361,7 +402,9 @@ class SqliteStore:
             )
             dead = [f for f in failures if f.dead_letter_reason is not None]
             if dead:
-                await self._dead_letter(db, [(f.msg_id, f.dead_letter_reason or "", f.now) for f in dead])
+                await self._dead_letter(
+                    db, [(f.msg_id, f.dead_letter_reason or "", f.now) for f in dead]
+                )
 
         stops = [(s.actor_id, s.stop_reason, s.msg_id) for s in steps if s.stop_reason is not None]
         stops_now = [(st.actor_id, st.reason, st.now) for st in b.stops]
@@ -383,7 +426,9 @@ class SqliteStore:
                 await self._dead_letter(db, pending)
         return result
 
-    async def _dead_letter(self, db: aiosqlite.Connection, rows: list[tuple[str, str, float]]) -> None:
+    async def _dead_letter(
+        self, db: aiosqlite.Connection, rows: list[tuple[str, str, float]]
+    ) -> None:
         """Move mailbox rows to dead letters, answering any waiting ask with the reason."""
         await db.executemany(
             "INSERT OR REPLACE INTO replies (msg_id, actor_id, ok, payload, created_at) "
@@ -401,22 +446,29 @@ class SqliteStore:
         out: list[ActorRecord] = []
         for chunk in _chunks(ids):
             marks = ",".join("?" * len(chunk))
-            rows = await db.execute_fetchall(f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE actor_id IN ({marks})", chunk)
+            rows = await db.execute_fetchall(
+                f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE actor_id IN ({marks})", chunk
+            )
             out.extend(_actor(r) for r in rows)
         return out
 
     # -- reads --------------------------------------------------------------------------------
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
-        rows = await self._read(f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE actor_id = ?", (actor_id,))
+        rows = await self._read(
+            f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE actor_id = ?", (actor_id,)
+        )
         return _actor(rows[0]) if rows else None
 
     async def list_actors(self, *, parent_id: str | None = None) -> list[ActorRecord]:
         if parent_id is None:
-            rows = await self._read(f"SELECT {_ACTOR_COLUMNS} FROM actors ORDER BY created_at, actor_id")
+            rows = await self._read(
+                f"SELECT {_ACTOR_COLUMNS} FROM actors ORDER BY created_at, actor_id"
+            )
         else:
             rows = await self._read(
-                f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE parent_id = ? ORDER BY created_at, actor_id", (parent_id,)
+                f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE parent_id = ? ORDER BY created_at, actor_id",
+                (parent_id,),
             )
         return [_actor(r) for r in rows]
 
@@ -439,13 +491,22 @@ class SqliteStore:
         )
         return [
             StoredMessage(
-                msg_id=msg_id, actor_id=actor_id, type=type_, payload=payload, deliver_at=deliver_at,
-                attempts=attempts, errors=_decode_errors(errors, msg_id), wants_reply=bool(wants_reply), seq=seq,
+                msg_id=msg_id,
+                actor_id=actor_id,
+                type=type_,
+                payload=payload,
+                deliver_at=deliver_at,
+                attempts=attempts,
+                errors=_decode_errors(errors, msg_id),
+                wants_reply=bool(wants_reply),
+                seq=seq,
             )
             for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply in rows
         ]
 
-    async def new_messages(self, after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+    async def new_messages(
+        self, after_seq: int, now: float, limit: int
+    ) -> list[tuple[int, str, str]]:
         rows = await self._read(
             "SELECT seq, actor_id, msg_id FROM mailbox WHERE seq > ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
             (after_seq, now, limit),
@@ -463,7 +524,8 @@ class SqliteStore:
 
     async def due_between(self, after: float, upto: float) -> list[str]:
         rows = await self._read(
-            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ?", (after, upto)
+            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ?",
+            (after, upto),
         )
         return [r[0] for r in rows]
 
@@ -471,12 +533,16 @@ class SqliteStore:
         out: list[Reply] = []
         for chunk in _chunks(msg_ids):
             marks = ",".join("?" * len(chunk))
-            rows = await self._read(f"SELECT msg_id, ok, payload FROM replies WHERE msg_id IN ({marks})", chunk)
+            rows = await self._read(
+                f"SELECT msg_id, ok, payload FROM replies WHERE msg_id IN ({marks})", chunk
+            )
             out.extend(Reply(msg_id=m, ok=bool(ok), payload=p) for m, ok, p in rows)
         return out
 
     async def find_dedup(self, actor_id: str, dedup_key: str) -> str | None:
-        rows = await self._read("SELECT msg_id FROM dedup WHERE actor_id = ? AND dedup_key = ?", (actor_id, dedup_key))
+        rows = await self._read(
+            "SELECT msg_id FROM dedup WHERE actor_id = ? AND dedup_key = ?", (actor_id, dedup_key)
+        )
         return str(rows[0][0]) if rows else None
 
     async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]:
@@ -508,10 +574,19 @@ class SqliteStore:
             return counts
 
     async def renew_leases(self, owner: str, expires: float) -> None:
-        await self._write([("UPDATE actors SET lease_expires = ? WHERE lease_owner = ?", (expires, owner))])
+        await self._write(
+            [("UPDATE actors SET lease_expires = ? WHERE lease_owner = ?", (expires, owner))]
+        )
 
     async def register_runtime(self, runtime_id: str, host: str, pid: int, started: float) -> None:
-        await self._write([("INSERT OR REPLACE INTO runtimes VALUES (?, ?, ?, ?)", (runtime_id, host, pid, started))])
+        await self._write(
+            [
+                (
+                    "INSERT OR REPLACE INTO runtimes VALUES (?, ?, ?, ?)",
+                    (runtime_id, host, pid, started),
+                )
+            ]
+        )
 
     async def list_runtimes(self) -> list[tuple[str, str, int, float]]:
         rows = await self._read("SELECT runtime_id, host, pid, started_at FROM runtimes")
@@ -521,7 +596,10 @@ class SqliteStore:
         await self._write(
             [
                 ("DELETE FROM runtimes WHERE runtime_id = ?", (runtime_id,)),
-                ("UPDATE actors SET lease_owner = NULL, lease_expires = 0 WHERE lease_owner = ?", (runtime_id,)),
+                (
+                    "UPDATE actors SET lease_owner = NULL, lease_expires = 0 WHERE lease_owner = ?",
+                    (runtime_id,),
+                ),
             ]
         )
 
@@ -546,7 +624,9 @@ class SqliteStore:
         return _dead_letter(rows[0]) if moved[0] == 1 else None
 
     async def discard_dead_letter(self, msg_id: str) -> bool:
-        return (await self._write([("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,))]))[0] == 1
+        return (await self._write([("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,))]))[
+            0
+        ] == 1
 
     async def purge(self, before: float) -> int:
         counts = await self._write(
@@ -558,9 +638,7 @@ class SqliteStore:
         return sum(counts)
 
 
-_ACTOR_COLUMNS = (
-    "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
-)
+_ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
 
 
 def _actor(row: Sequence[Any]) -> ActorRecord:
@@ -570,6 +648,12 @@ def _actor(row: Sequence[Any]) -> ActorRecord:
 def _dead_letter(row: Sequence[Any]) -> DeadLetter:
     msg_id, actor_id, type_, payload, attempts, errors, reason, created_at = row
     return DeadLetter(
-        msg_id=msg_id, actor_id=actor_id, type=type_, payload=payload, attempts=attempts,
-        errors=_decode_errors(errors, msg_id), reason=reason, created_at=created_at,
+        msg_id=msg_id,
+        actor_id=actor_id,
+        type=type_,
+        payload=payload,
+        attempts=attempts,
+        errors=_decode_errors(errors, msg_id),
+        reason=reason,
+        created_at=created_at,
     )

@@ -153,6 +153,9 @@ class StopActor(msgspec.Struct):
     now: float
 
 
+FencedWrite = LeaseRelease | StepCommit | Claim | AttemptFailed
+
+
 class Batch(msgspec.Struct):
     spawns: list[Spawn] = msgspec.field(default_factory=list)
     releases: list[LeaseRelease] = msgspec.field(default_factory=list)
@@ -162,6 +165,10 @@ class Batch(msgspec.Struct):
     claims: list[Claim] = msgspec.field(default_factory=list)
     failures: list[AttemptFailed] = msgspec.field(default_factory=list)
     stops: list[StopActor] = msgspec.field(default_factory=list)
+
+    def fenced(self) -> list[FencedWrite]:
+        """The writes whose fence must match the actor's current one (I8)."""
+        return [*self.releases, *self.steps, *self.claims, *self.failures]
 
 
 class BatchResult(msgspec.Struct):
@@ -201,7 +208,9 @@ class Store(Protocol):
         """Due messages of one actor, in mailbox order."""
         ...
 
-    async def new_messages(self, after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+    async def new_messages(
+        self, after_seq: int, now: float, limit: int
+    ) -> list[tuple[int, str, str]]:
         """``(seq, actor_id, msg_id)`` of due messages stored after ``after_seq``."""
         ...
 
@@ -219,7 +228,9 @@ class Store(Protocol):
 
     async def renew_leases(self, owner: str, expires: float) -> None: ...
 
-    async def register_runtime(self, runtime_id: str, host: str, pid: int, started: float) -> None: ...
+    async def register_runtime(
+        self, runtime_id: str, host: str, pid: int, started: float
+    ) -> None: ...
 
     async def list_runtimes(self) -> list[tuple[str, str, int, float]]: ...
 

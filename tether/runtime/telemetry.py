@@ -14,18 +14,34 @@ tracer = trace.get_tracer("tether")
 meter = metrics.get_meter("tether")
 log = structlog.get_logger("tether")
 
-messages_handled = meter.create_counter("tether.messages.handled", description="messages processed and committed")
-redeliveries = meter.create_counter("tether.messages.redelivered", description="deliveries after a failed attempt")
-dead_letters = meter.create_counter("tether.messages.dead_lettered", description="messages moved to dead letters")
+messages_handled = meter.create_counter(
+    "tether.messages.handled", description="messages processed and committed"
+)
+redeliveries = meter.create_counter(
+    "tether.messages.redelivered", description="deliveries after a failed attempt"
+)
+dead_letters = meter.create_counter(
+    "tether.messages.dead_lettered", description="messages moved to dead letters"
+)
 queue_age = meter.create_histogram(
-    "tether.messages.queue_age", unit="s", description="time from enqueue to the start of processing"
+    "tether.messages.queue_age",
+    unit="s",
+    description="time from enqueue to the start of processing",
 )
 commit_size = meter.create_histogram("tether.commit.writes", description="writes per group commit")
-activations = meter.create_counter("tether.actors.activated", description="actor activations (incl. recovery)")
-passivations = meter.create_counter("tether.actors.passivated", description="idle actors moved out of memory")
-stale_commits = meter.create_counter("tether.commits.stale", description="commits rejected for a stale fencing token")
+activations = meter.create_counter(
+    "tether.actors.activated", description="actor activations (incl. recovery)"
+)
+passivations = meter.create_counter(
+    "tether.actors.passivated", description="idle actors moved out of memory"
+)
+stale_commits = meter.create_counter(
+    "tether.commits.stale", description="commits rejected for a stale fencing token"
+)
 
 
 def tracing_enabled() -> bool:
     """Whether spans would be recorded (an SDK tracer provider is installed)."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    return not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    )

@@ -1,0 +1,771 @@
+"""Benchmarks of tether's durable actor core, side by side with peers and raw limits.
+
+One command runs everything in one process and prints a markdown table of figures and of
+ratios against the targets::
+
+    python benchmarks/run.py                 # full run: median of 5 runs (+1 warm-up) per figure
+    python benchmarks/run.py --quick         # smoke mode for CI: small sizes, 1 run (+1 warm-up)
+    python benchmarks/run.py --json out.json # also write the raw per-run samples
+
+Figures (each a rate: count / seconds; median of N runs, with min and max):
+
+1. in-memory ``ask`` round trips: tether on ``Runtime(":memory:")`` (sequential asks to an
+   active actor answering a query), a hand-written asyncio actor (``asyncio.Queue`` + task +
+   future reply, as in ``anchors/peer-bench/bench_asyncio_actor.py``), Pykka ``ThreadingActor``.
+2. durable throughput: 1,000 actors on a fresh SQLite file (``durability="full"``), each message
+   persisting one event; beside it the raw limit: aiosqlite, WAL, ``synchronous=FULL``, 100 rows
+   per commit as one ``executemany``.
+3. recovery: restart on a file holding a 100,000-event journal of one actor, until its state is
+   ready, vs a raw ``execute_fetchall`` + msgspec decode + the same fold.
+
+Scratch databases go to ``benchmarks/_data/`` and are deleted after each run. Nothing here
+asserts anything about wall-clock time; it only checks that every run computed the right state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+import msgspec
+import structlog
+
+import tether
+
+try:
+    import pykka
+except ImportError:  # pykka is in the optional "bench" extra
+    pykka = None
+
+HERE = Path(__file__).resolve().parent
+DATA_DIR = HERE / "_data"
+
+# Runtime log lines (runtime_opened / runtime_closed) would drown the table.
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+# ----------------------------------------------------------------------------- sizes
+
+
+@dataclass(frozen=True)
+class Sizes:
+    runs: int
+    ask_tether: int  # sequential asks per run
+    ask_asyncio: int
+    ask_pykka: int
+    durable_actors: int
+    durable_per_actor: int  # messages told to each actor per run
+    raw_rows: int  # rows written per run by the raw executemany limit
+    recovery_events: int
+    burst: int  # events persisted per message while building the recovery journal
+
+
+FULL = Sizes(
+    runs=5,
+    ask_tether=20_000,
+    ask_asyncio=50_000,
+    ask_pykka=10_000,
+    durable_actors=1_000,
+    durable_per_actor=30,
+    raw_rows=100_000,
+    recovery_events=100_000,
+    burst=1_000,
+)
+QUICK = Sizes(
+    runs=1,
+    ask_tether=1_000,
+    ask_asyncio=5_000,
+    ask_pykka=500,
+    durable_actors=100,
+    durable_per_actor=5,
+    raw_rows=5_000,
+    recovery_events=5_000,
+    burst=500,
+)
+
+ASK_TIMEOUT = 300.0  # generous: a timeout here means a hang, not a slow run
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+@dataclass
+class Figure:
+    key: str
+    label: str
+    unit: str
+    samples: list[tuple[int, float]] = field(default_factory=list)
+    note: str = ""
+    error: str | None = None
+
+    @property
+    def rates(self) -> list[float]:
+        return [n / s for n, s in self.samples]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.samples)
+
+
+Sample = dict[str, tuple[int, float]]  # figure key -> (count, seconds) from one run
+
+
+class Bench:
+    def __init__(self, sizes: Sizes) -> None:
+        self.sizes = sizes
+        self.figures: dict[str, Figure] = {}
+        self.extra: dict[str, Any] = {}
+
+    def measure(
+        self,
+        figures: list[tuple[str, str, str]],
+        fn: Callable[[], Sample],
+        *,
+        notes: dict[str, str] | None = None,
+    ) -> None:
+        """Run ``fn`` once to warm up, then ``runs`` times; each run yields one sample of every
+        figure in ``figures`` (key, label, unit)."""
+        figs = [Figure(k, label, unit, note=(notes or {}).get(k, "")) for k, label, unit in figures]
+        for f in figs:
+            self.figures[f.key] = f
+        try:
+            gc.collect()
+            fn()  # warm-up, not counted
+            for _ in range(self.sizes.runs):
+                gc.collect()
+                sample = fn()
+                for f in figs:
+                    f.samples.append(sample[f.key])
+        except Exception as exc:
+            for f in figs:
+                f.error = f"{type(exc).__name__}: {exc}"
+            print(f"{figs[0].key:<28} FAILED", file=sys.stderr, flush=True)
+            traceback.print_exc()
+            return
+        for f in figs:
+            print(
+                f"{f.key:<28} {fmt(min(f.rates)):>9} {fmt(f.median):>9} {fmt(max(f.rates)):>9} "
+                f"{f.unit:<9} n={f.samples[-1][0]} runs={len(f.samples)}",
+                flush=True,
+            )
+
+    def skip(self, key: str, label: str, unit: str, why: str) -> None:
+        self.figures[key] = Figure(key, label, unit, error=why)
+        print(f"{key:<28} skipped: {why}", flush=True)
+
+
+def fmt(x: float) -> str:
+    if x >= 1e6:
+        return f"{x / 1e6:.2f} M"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f} k"
+    return f"{x:.1f}"
+
+
+def scratch_dir(prefix: str) -> Path:
+    DATA_DIR.mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix + "-", dir=DATA_DIR))
+
+
+def rm_scratch(p: Path) -> None:
+    shutil.rmtree(p, ignore_errors=True)
+
+
+# ============================================================================ 1. in-memory ask
+
+
+class GetCount(tether.Message):
+    pass
+
+
+class CounterState(msgspec.Struct):
+    count: int = 0
+
+
+class Counter(tether.Actor[CounterState]):
+    """Answers a query; persists nothing."""
+
+    initial_state = CounterState()
+
+    async def handle(self, msg: GetCount) -> int:
+        return self.state.count
+
+
+async def tether_ask(n: int) -> Sample:
+    async with tether.Runtime(":memory:") as rt:
+        ref = await rt.spawn(Counter, "counter")
+        await ref.ask(GetCount(), timeout=ASK_TIMEOUT)  # the actor is active and recovered
+        ask = ref.ask
+        q = GetCount()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await ask(q, timeout=ASK_TIMEOUT)
+        dt = time.perf_counter() - t0
+    return {"1.tether_ask": (n, dt)}
+
+
+_STOP = object()
+
+
+class AsyncioActor:
+    """The hand-written asyncio actor of anchors/peer-bench/bench_asyncio_actor.py."""
+
+    __slots__ = ("inbox", "loop", "state", "task")
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[tuple[Any, asyncio.Future[Any] | None]] = asyncio.Queue()
+        self.state = {"count": 0, "total": 0}
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.create_task(self._run())
+
+    def handle(self, msg: int) -> int:
+        st = self.state
+        st["count"] += 1
+        st["total"] += msg
+        return st["count"]
+
+    async def _run(self) -> None:
+        get = self.inbox.get
+        handle = self.handle
+        while True:
+            msg, fut = await get()
+            if msg is _STOP:
+                return
+            try:
+                r = handle(msg)
+            except Exception as e:
+                if fut is not None:
+                    fut.set_exception(e)
+                continue
+            if fut is not None:
+                fut.set_result(r)
+
+    async def ask(self, msg: Any) -> Any:
+        fut = self.loop.create_future()
+        self.inbox.put_nowait((msg, fut))
+        return await fut
+
+    async def stop(self) -> None:
+        self.inbox.put_nowait((_STOP, None))
+        await self.task
+
+
+async def asyncio_ask(n: int) -> Sample:
+    a = AsyncioActor()
+    ask = a.ask
+    t0 = time.perf_counter()
+    for i in range(n):
+        await ask(i)
+    dt = time.perf_counter() - t0
+    await a.stop()
+    assert a.state["count"] == n
+    return {"1.asyncio_ask": (n, dt)}
+
+
+if pykka is not None:
+
+    class PykkaCounter(pykka.ThreadingActor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def on_receive(self, message: Any) -> Any:
+            self.count += 1
+            return self.count
+
+
+def pykka_ask(n: int) -> Sample:
+    ref = PykkaCounter.start()
+    try:
+        ask = ref.ask
+        t0 = time.perf_counter()
+        for i in range(n):
+            ask(i)
+        dt = time.perf_counter() - t0
+    finally:
+        ref.stop()
+    return {"1.pykka_ask": (n, dt)}
+
+
+# ============================================================================ 2. durable throughput
+
+
+class Deposit(tether.Message):
+    amount: int
+
+
+class GetBalance(tether.Message):
+    pass
+
+
+class Deposited(tether.Event):
+    amount: int
+
+
+class Balance(msgspec.Struct):
+    balance: int = 0
+    count: int = 0
+
+
+class Account(tether.Actor[Balance]):
+    """Every Deposit persists one event."""
+
+    initial_state = Balance()
+
+    def apply(self, state: Balance, event: Deposited) -> Balance:
+        return Balance(state.balance + event.amount, state.count + 1)
+
+    async def handle(self, msg: Deposit | GetBalance) -> tuple[int, int] | None:
+        if type(msg) is Deposit:
+            self.persist(Deposited(amount=msg.amount))
+            return None
+        return (self.state.balance, self.state.count)
+
+
+async def tether_durable(n_actors: int, per_actor: int) -> Sample:
+    """One sender task per actor tells ``per_actor`` deposits (each ``tell`` returns once the
+    message is durably stored), then asks the balance; the ask is queued behind the deposits,
+    so when every ask has returned, every deposit has been processed and committed."""
+    d = scratch_dir("durable")
+    try:
+        async with tether.Runtime(d / "tether.db") as rt:
+            refs: list[tether.ActorRef] = []
+
+            async def spawn(i: int) -> None:
+                ref = await rt.spawn(Account, f"acct-{i:05d}")
+                await ref.ask(GetBalance(), timeout=ASK_TIMEOUT)  # active and recovered
+                refs.append(ref)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(n_actors):
+                    tg.start_soon(spawn, i)
+            before = rt.stats()
+
+            told: list[float] = []
+
+            async def sender(ref: tether.ActorRef) -> None:
+                tell = ref.tell
+                for i in range(per_actor):
+                    await tell(Deposit(amount=i + 1))
+                told.append(time.perf_counter())
+                got = await ref.ask(GetBalance(), timeout=ASK_TIMEOUT)
+                assert got == (per_actor * (per_actor + 1) // 2, per_actor), (ref.id, got)
+
+            t0 = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for ref in refs:
+                    tg.start_soon(sender, ref)
+            dt = time.perf_counter() - t0
+            after = rt.stats()
+    finally:
+        rm_scratch(d)
+    n = n_actors * per_actor
+    commits = after["commits"] - before["commits"]
+    writes = after["writes"] - before["writes"]
+    _STATS.setdefault("durable_commits", []).append(commits)
+    _STATS.setdefault("durable_writes", []).append(writes)
+    return {"2.tether_durable": (n, dt), "2.tether_tell_only": (n, max(told) - t0)}
+
+
+_STATS: dict[str, list[int]] = {}
+
+JOURNAL_SCHEMA = (
+    "CREATE TABLE journal (actor_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "payload BLOB NOT NULL, PRIMARY KEY (actor_id, seq)) WITHOUT ROWID"
+)
+
+
+async def raw_executemany(n: int, batch: int = 100, n_actors: int = 16) -> Sample:
+    """anchors/peer-bench/bench_sqlite.py 1d: aiosqlite, WAL, synchronous=FULL, one
+    ``executemany`` of 100 rows + commit per transaction, ~60 B msgpack payloads."""
+
+    class Ev(msgspec.Struct):
+        kind: str
+        key: str
+        amount: int
+        ts: int
+
+    enc = msgspec.msgpack.Encoder().encode
+    actors = [f"actor-{i:04d}" for i in range(n_actors)]
+    rows = [
+        (actors[i % n_actors], i // n_actors, enc(Ev("deposit", f"k{i % 97}", i, 1_700_000_000 + i)))
+        for i in range(n)
+    ]
+    d = scratch_dir("raw")
+    path = d / "raw.db"
+    try:
+        c = sqlite3.connect(path)
+        assert c.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+        c.execute(JOURNAL_SCHEMA)
+        c.commit()
+        c.close()
+        async with aiosqlite.connect(path) as db:
+            await db.execute("PRAGMA synchronous=FULL")
+            t0 = time.perf_counter()
+            for start in range(0, n, batch):
+                await db.executemany(
+                    "INSERT INTO journal (actor_id, seq, payload) VALUES (?, ?, ?)",
+                    rows[start : start + batch],
+                )
+                await db.commit()
+            dt = time.perf_counter() - t0
+            got = await db.execute_fetchall("SELECT count(*) FROM journal")
+            assert next(iter(got))[0] == n
+    finally:
+        rm_scratch(d)
+    return {"2.raw_executemany": (n, dt)}
+
+
+# ============================================================================ 3. recovery
+
+
+class Credited(tether.Event):
+    amount: int
+
+
+class Debited(tether.Event):
+    amount: int
+
+
+class Renamed(tether.Event):
+    name: str
+
+
+class Burst(tether.Message):
+    start: int
+    n: int
+
+
+class GetLedger(tether.Message):
+    pass
+
+
+class Ledger(msgspec.Struct):
+    balance: int = 0
+    events: int = 0
+    name: str = ""
+
+
+def fold_ledger(state: Ledger, event: Credited | Debited | Renamed) -> Ledger:
+    """The fold shared by tether's ``apply`` and the raw baseline."""
+    t = type(event)
+    if t is Credited:
+        return Ledger(state.balance + event.amount, state.events + 1, state.name)  # type: ignore[union-attr]
+    if t is Debited:
+        return Ledger(state.balance - event.amount, state.events + 1, state.name)  # type: ignore[union-attr]
+    return Ledger(state.balance, state.events + 1, event.name)  # type: ignore[union-attr]
+
+
+def ledger_event(i: int) -> Credited | Debited | Renamed:
+    r = (i // 7) % 10
+    if r == 0:
+        return Renamed(name=f"name-{i}")
+    return Debited(amount=3) if r < 4 else Credited(amount=7)
+
+
+class LedgerActor(tether.Actor[Ledger]):
+    initial_state = Ledger()
+
+    def apply(self, state: Ledger, event: Credited | Debited | Renamed) -> Ledger:
+        return fold_ledger(state, event)
+
+    async def handle(self, msg: Burst | GetLedger) -> Ledger | None:
+        if type(msg) is Burst:
+            persist = self.persist
+            for i in range(msg.start, msg.start + msg.n):
+                persist(ledger_event(i))
+            return None
+        return self.state
+
+
+LEDGER = "ledger-0"
+EMPTY = "ledger-empty"
+
+
+async def build_journal(path: Path, n_events: int, burst: int, snapshot_every: int) -> Ledger:
+    async with tether.Runtime(path, snapshot_every=snapshot_every) as rt:
+        ref = await rt.spawn(LedgerActor, LEDGER)
+        for start in range(0, n_events, burst):
+            await ref.tell(Burst(start=start, n=min(burst, n_events - start)))
+        state: Ledger = await ref.ask(GetLedger(), timeout=ASK_TIMEOUT)
+        empty = await rt.spawn(LedgerActor, EMPTY)
+        await empty.ask(GetLedger(), timeout=ASK_TIMEOUT)
+    assert state.events == n_events, state
+    return state
+
+
+async def tether_recover(
+    path: Path, actor_id: str, n_events: int, expected: Ledger, snapshot_every: int, key: str
+) -> Sample:
+    """Open a new Runtime on the file and time until the actor's state is ready."""
+    t0 = time.perf_counter()
+    async with tether.Runtime(path, snapshot_every=snapshot_every) as rt:
+        ref = await rt.spawn(LedgerActor, actor_id)
+        state = await ref.ask(GetLedger(), timeout=ASK_TIMEOUT)
+        dt = time.perf_counter() - t0
+    assert state == expected, (state, expected)
+    return {key: (n_events, dt)}
+
+
+_event_decoder = msgspec.msgpack.Decoder(Credited | Debited | Renamed)
+
+
+async def raw_recover(path: Path, n_events: int, expected: Ledger) -> Sample:
+    """anchors/peer-bench/bench_recovery.py's fetchall variant on tether's own journal rows:
+    connect + ``execute_fetchall`` of the payload column + msgspec decode + the same fold."""
+    decode = _event_decoder.decode
+    t0 = time.perf_counter()
+    async with aiosqlite.connect(path) as db:
+        rows = await db.execute_fetchall(
+            "SELECT payload FROM journal WHERE actor_id = ? ORDER BY seq", (LEDGER,)
+        )
+    state = Ledger()
+    for (payload,) in rows:
+        state = fold_ledger(state, decode(payload))
+    dt = time.perf_counter() - t0
+    assert state == expected, (state, expected)
+    return {"3.raw_recovery": (n_events, dt)}
+
+
+# ============================================================================ driver
+
+
+def run_all(sizes: Sizes) -> Bench:
+    b = Bench(sizes)
+    s = sizes
+
+    # -- 1. in-memory ask
+    b.measure(
+        [("1.tether_ask", 'tether ask, Runtime(":memory:"), sequential', "rt/s")],
+        lambda: asyncio.run(tether_ask(s.ask_tether)),
+    )
+    b.measure(
+        [("1.asyncio_ask", "hand-written asyncio actor ask (Queue + future)", "rt/s")],
+        lambda: asyncio.run(asyncio_ask(s.ask_asyncio)),
+    )
+    if pykka is not None:
+        b.measure(
+            [("1.pykka_ask", "Pykka ThreadingActor ask, sequential", "rt/s")],
+            lambda: pykka_ask(s.ask_pykka),
+        )
+    else:
+        b.skip("1.pykka_ask", "Pykka ThreadingActor ask", "rt/s", "pykka is not installed")
+
+    # -- 2. durable throughput
+    b.measure(
+        [
+            (
+                "2.tether_durable",
+                f"tether durable, {s.durable_actors} actors x {s.durable_per_actor} msgs, "
+                "1 event/msg, sync=FULL: told -> processed",
+                "msg/s",
+            ),
+            ("2.tether_tell_only", "  same run: until the last tell returned (stored)", "msg/s"),
+        ],
+        lambda: asyncio.run(tether_durable(s.durable_actors, s.durable_per_actor)),
+    )
+    b.measure(
+        [("2.raw_executemany", "raw aiosqlite WAL sync=FULL, executemany(100) + commit", "rows/s")],
+        lambda: asyncio.run(raw_executemany(s.raw_rows)),
+    )
+    commits, writes = _STATS.get("durable_commits", []), _STATS.get("durable_writes", [])
+    if commits:
+        b.extra["durable_commits_per_run"] = commits
+        b.extra["durable_writes_per_run"] = writes
+        f = b.figures["2.tether_durable"]
+        f.note = (
+            f"{statistics.median(commits):.0f} group commits/run, "
+            f"{statistics.median(w / c for w, c in zip(writes, commits, strict=True)):.0f} "
+            "writes/commit"
+        )
+
+    # -- 3. recovery
+    d = scratch_dir("recovery")
+    try:
+        full_path, snap_path = d / "nosnap.db", d / "snap.db"
+        t0 = time.perf_counter()
+        expected = asyncio.run(build_journal(full_path, s.recovery_events, s.burst, 10**9))
+        b.extra["recovery_build_seconds"] = time.perf_counter() - t0
+        asyncio.run(build_journal(snap_path, s.recovery_events, s.burst, 1000))
+        n = s.recovery_events
+        b.measure(
+            [("3.tether_recovery", f"tether restart, fold {n} events (snapshot_every=10**9)", "ev/s")],
+            lambda: asyncio.run(
+                tether_recover(full_path, LEDGER, n, expected, 10**9, "3.tether_recovery")
+            ),
+            notes={"3.tether_recovery": "open Runtime + spawn + ask, until the state is ready"},
+        )
+        b.measure(
+            [("3.raw_recovery", f"raw: fetchall + msgspec decode + same fold, {n} events", "ev/s")],
+            lambda: asyncio.run(raw_recover(full_path, n, expected)),
+        )
+        b.measure(
+            [("3.tether_recovery_snap", "tether restart, default snapshots (every 1000)", "ev/s")],
+            lambda: asyncio.run(
+                tether_recover(snap_path, LEDGER, n, expected, 1000, "3.tether_recovery_snap")
+            ),
+            notes={"3.tether_recovery_snap": f"loads the snapshot at seq {n}; folds 0 events"},
+        )
+        b.measure(
+            [("3.tether_restart_empty", "tether restart of an actor with no events", "restarts/s")],
+            lambda: _restart_empty(full_path),
+            notes={"3.tether_restart_empty": "fixed cost of open + spawn + ask"},
+        )
+    finally:
+        rm_scratch(d)
+    return b
+
+
+def _restart_empty(path: Path) -> Sample:
+    r = asyncio.run(tether_recover(path, EMPTY, 1, Ledger(), 10**9, "x"))
+    return {"3.tether_restart_empty": r["x"]}
+
+
+# (target label, numerator key, denominator key or None, required value)
+TARGETS: list[tuple[str, str, str | None, float]] = [
+    ("tether ask >= 0.6x hand-written asyncio ask", "1.tether_ask", "1.asyncio_ask", 0.6),
+    ("tether ask >= 8x Pykka ask", "1.tether_ask", "1.pykka_ask", 8.0),
+    ("tether durable >= 40,000 msg/s", "2.tether_durable", None, 40_000.0),
+    ("tether durable >= 0.3x raw executemany", "2.tether_durable", "2.raw_executemany", 0.3),
+    ("tether recovery >= 0.5x raw fetchall+decode+fold", "3.tether_recovery", "3.raw_recovery", 0.5),
+]
+
+
+def evaluate(b: Bench) -> list[dict[str, Any]]:
+    out = []
+    for label, num, den, need in TARGETS:
+        fn, fd = b.figures.get(num), b.figures.get(den) if den else None
+        row: dict[str, Any] = {"target": label, "required": need}
+        if fn is None or not fn.ok or (den is not None and (fd is None or not fd.ok)):
+            row.update(value=None, verdict="n/a")
+        else:
+            value = fn.median / fd.median if fd is not None else fn.median
+            row.update(value=value, verdict="PASS" if value >= need else "MISS")
+        out.append(row)
+    return out
+
+
+def table(b: Bench, targets: list[dict[str, Any]]) -> str:
+    lines = [
+        "| figure | min | **median** | max | unit | runs | note |",
+        "|---|---:|---:|---:|---|---:|---|",
+    ]
+    for f in b.figures.values():
+        if not f.ok:
+            lines.append(f"| {f.label} | | **{'FAILED' if f.samples == [] else ''}** | | "
+                         f"{f.unit} | 0 | {f.error} |")
+            continue
+        rates = f.rates
+        lines.append(
+            f"| {f.label} | {fmt(min(rates))} | **{fmt(f.median)}** | {fmt(max(rates))} | "
+            f"{f.unit} | {len(rates)} | {f.note} |"
+        )
+    lines += ["", "| target | measured (median) | required | verdict |", "|---|---:|---:|---|"]
+    for t in targets:
+        absolute = t["required"] > 100
+        if t["value"] is None:
+            value = "n/a"
+        else:
+            value = fmt(t["value"]) if absolute else f"{t['value']:.2f}x"
+        need = fmt(t["required"]) if absolute else f"{t['required']:g}x"
+        lines.append(f"| {t['target']} | {value} | {need} | **{t['verdict']}** |")
+    return "\n".join(lines)
+
+
+def versions(*dists: str) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in dists:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes, 1 run: checks it runs")
+    p.add_argument("--json", metavar="PATH", help="write the raw per-run samples here")
+    p.add_argument("--runs", type=int, help="runs per figure (default 5, or 1 with --quick)")
+    args = p.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if args.runs:
+        sizes = Sizes(**{**sizes.__dict__, "runs": args.runs})
+
+    meta = {
+        "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "quick": args.quick,
+        "runs": sizes.runs,
+        **versions("tether", "aiosqlite", "msgspec", "anyio", "pykka"),
+    }
+    print(
+        f"tether benchmarks ({'quick' if args.quick else 'full'}): median of {sizes.runs} run(s) "
+        f"after 1 warm-up; Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    try:
+        b = run_all(sizes)
+    finally:
+        rm_scratch(DATA_DIR) if DATA_DIR.exists() and not any(DATA_DIR.iterdir()) else None
+    targets = evaluate(b)
+    print()
+    print(table(b, targets))
+    print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+
+    if args.json:
+        raw = {
+            "meta": meta,
+            "sizes": sizes.__dict__,
+            "figures": [
+                {
+                    "key": f.key,
+                    "label": f.label,
+                    "unit": f.unit,
+                    "samples": [{"count": n, "seconds": s} for n, s in f.samples],
+                    "min": min(f.rates) if f.ok else None,
+                    "median": f.median if f.ok else None,
+                    "max": max(f.rates) if f.ok else None,
+                    "note": f.note,
+                    "error": f.error,
+                }
+                for f in b.figures.values()
+            ],
+            "targets": targets,
+            "extra": b.extra,
+        }
+        Path(args.json).write_text(json.dumps(raw, indent=2))
+        print(f"raw results -> {args.json}")
+    failed = [f.key for f in b.figures.values() if f.error and f.samples == [] and f.key != "1.pykka_ask"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
