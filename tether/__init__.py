@@ -7,6 +7,7 @@ The public API. Everything else lives in the subpackages ``tether.actors``,
 from tether.actors.actor import Actor as Actor
 from tether.actors.messages import Event as Event
 from tether.actors.messages import Message as Message
+from tether.actors.messages import Terminated as Terminated
 from tether.actors.ref import ActorRef as ActorRef
 from tether.errors import ActorNotFound as ActorNotFound
 from tether.errors import ActorStopped as ActorStopped
@@ -28,6 +29,13 @@ from tether.runtime.runtime import Runtime as Runtime
 from tether.runtime.sqlite_store import SqliteStore as SqliteStore
 from tether.runtime.store import DeadLetter as DeadLetter
 from tether.runtime.store import Store as Store
+from tether.runtime.tree import TreeNode as TreeNode
+from tether.supervisor.spec import Backoff as Backoff
+from tether.supervisor.spec import ChildSpec as ChildSpec
+from tether.supervisor.spec import OneForAll as OneForAll
+from tether.supervisor.spec import OneForOne as OneForOne
+from tether.supervisor.spec import RestForOne as RestForOne
+from tether.supervisor.supervisor import Supervisor as Supervisor
 
 __all__ = (
     # actors
@@ -35,6 +43,15 @@ __all__ = (
     "ActorRef",
     "Event",
     "Message",
+    "Terminated",
+    # supervision
+    "Supervisor",
+    "OneForOne",
+    "OneForAll",
+    "RestForOne",
+    "ChildSpec",
+    "Backoff",
+    "TreeNode",
     # runtime and stores
     "Runtime",
     "Store",

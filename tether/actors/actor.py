@@ -45,6 +45,13 @@ class ActorCell(Protocol):
 
     def stop_self(self, reason: str) -> None: ...
 
+    def escalate(self, reason: str) -> None: ...
+
+    async def watch(self, actor_id: str) -> None: ...
+
+    @property
+    def runtime(self) -> Any: ...
+
 
 class Actor(Generic[S]):
     """Base class of every actor. Subclass it as ``class Account(tether.Actor[AccountState])``.
@@ -56,6 +63,8 @@ class Actor(Generic[S]):
     """
 
     initial_state: ClassVar[Any]
+    #: Whether an idle instance may leave memory (supervisors stay resident).
+    passivates: ClassVar[bool] = True
     _tether_cell: ActorCell
 
     def apply(self, state: S, event: Any) -> S:
@@ -103,6 +112,14 @@ class Actor(Generic[S]):
     def stop(self, reason: str = "normal") -> None:
         """Stop this actor once the current step has committed."""
         self._tether_cell.stop_self(reason)
+
+    async def watch(self, actor_id: str) -> None:
+        """Receive ``tether.Terminated`` when ``actor_id`` stops for good (death watch).
+
+        The watcher's ``handle`` must accept ``Terminated``. Watching an actor that has already
+        stopped delivers the notice at once. The watch is durable.
+        """
+        await self._tether_cell.watch(actor_id)
 
 
 class ActorSpec(msgspec.Struct, frozen=True):

@@ -44,6 +44,7 @@ from tether.runtime.store import (
 
 if TYPE_CHECKING:
     from tether.runtime.runtime import Runtime
+    from tether.runtime.supervision import Decision
 
 _JOURNAL_CHUNK = 20_000  # rows per journal read: few thread hops, bounded memory
 
@@ -53,14 +54,23 @@ current_step: ContextVar[Step | None] = ContextVar("tether_current_step", defaul
 class Step:
     """What one handler invocation has produced so far."""
 
-    __slots__ = ("cell", "closed", "events", "outbox", "stop_reason")
+    __slots__ = ("cell", "closed", "escalate", "events", "outbox", "stop_reason")
 
     def __init__(self, cell: Cell) -> None:
         self.cell = cell
         self.events: list[JournalRow] = []
         self.outbox: list[NewMessage] = []
         self.stop_reason: str | None = None
+        self.escalate: str | None = None
         self.closed = False
+
+
+class Exit(Exception):
+    """Supervision decided this instance leaves memory (to be restarted by its supervisor)."""
+
+
+class SupervisorFailed(Exception):
+    """A supervisor gave up (intensity exceeded or an escalated failure): its parent decides."""
 
 
 class Deactivate(Exception):
@@ -71,9 +81,20 @@ class Cell:
     """One active actor. Implements ``tether.actors.actor.ActorCell`` for its instance."""
 
     def __init__(
-        self, runtime: Runtime, spec: ActorSpec, actor_id: str, init: dict[str, Any], fence: int
+        self,
+        runtime: Runtime,
+        spec: ActorSpec,
+        actor_id: str,
+        init: dict[str, Any],
+        fence: int,
+        parent_id: str | None,
     ) -> None:
         self.runtime = runtime
+        self.parent_id = parent_id
+        self.ready = asyncio.Event()
+        self.scope = anyio.CancelScope()
+        self.local_seq = 0
+        self.current: StoredMessage | None = None  # the message being delivered
         self.spec = spec
         self._actor_id = actor_id
         self.init = init
@@ -134,6 +155,14 @@ class Cell:
     def self_ref(self) -> ActorRef:
         return self.runtime.ref(self._actor_id)
 
+    def escalate(self, reason: str) -> None:
+        if self.step is None or self.step.closed:
+            raise ConfigError(f"{self._actor_id}: escalate() is only allowed inside handle()")
+        self.step.escalate = reason
+
+    async def watch(self, actor_id: str) -> None:
+        await self.runtime.watch(self._actor_id, actor_id)
+
     def stop_self(self, reason: str) -> None:
         if self.step is None or self.step.closed:
             raise ConfigError(f"{self._actor_id}: stop() is only allowed inside handle()")
@@ -142,34 +171,68 @@ class Cell:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Recover, then deliver until stopped, passivated or deactivated. Never raises."""
+        """Recover, then deliver until stopped, passivated or deactivated. Never raises
+        anything but cancellation of the whole runtime."""
         log = telemetry.log.bind(actor_id=self._actor_id)
         try:
-            await self._recover()
-            assert self.instance is not None
-            await self.instance.on_start()
-            while True:
-                msg = await self._next()
-                if msg is not None:
-                    await self._deliver(msg)
-                    continue
-                if self.stop_reason is not None:
-                    await self._safe_on_stop()  # stopped for good: the stop's commit ends the lease
+            with self.scope:
+                try:
+                    await self._recover()
+                    assert self.instance is not None
+                    await self.instance.on_start()
+                except Exception as exc:
+                    self.ready.set()  # whoever waits for the start must not wait for the verdict
+                    await self._start_failed(exc)
                     return
-                if self.leaving or self.runtime.detach_if_idle(self):
-                    await self._safe_on_stop()
-                    await self._release()
-                    return
+                self.ready.set()
+                await self._loop()
+        except Exit as exc:
+            log.info("actor_left", reason=str(exc))
+            await self._safe_on_stop()
         except Deactivate as exc:
             log.info("actor_deactivated", reason=str(exc))
         except Exception as exc:
-            # Recovery, on_start or a restart failed. The messages stay in the mailbox; the
-            # runtime records the failure and backs off before it activates the actor again.
+            # A restart failed mid-way: the messages stay in the mailbox; the runtime records the
+            # failure and backs off before it activates the actor again.
             log.error("actor_failed", error=repr(exc), exc_info=exc)
             self.runtime.activation_failed(self._actor_id, exc)
         finally:
+            self.ready.set()
             self.runtime.cell_exited(self)
             self.exited.set()
+
+    async def _loop(self) -> None:
+        while True:
+            msg = await self._next()
+            if msg is not None:
+                await self._deliver(msg)
+                continue
+            if self.stop_reason is not None:
+                await self._safe_on_stop()  # stopped for good: the stop's commit ends the lease
+                return
+            if self.leaving or self.runtime.detach_if_idle(self):
+                await self._safe_on_stop()
+                await self._release()
+                return
+
+    async def _start_failed(self, exc: Exception) -> None:
+        """Recovery or on_start failed: a failed (re)start, reported like any failure."""
+        telemetry.log.error("actor_start_failed", actor_id=self._actor_id, error=repr(exc))
+        if self.parent_id is None:
+            self.runtime.activation_failed(self._actor_id, exc)
+            return
+        decision = await self.runtime.supervision.report(self, exc, starting=True)
+        if decision.kind == "stop":
+            await self._commit(self.runtime.stop_record(self._actor_id, decision.reason))
+            self.runtime.actor_stopped_itself(self, decision.reason)
+        elif decision.kind in ("restart", "resume"):
+            self.runtime.supervision.restart_later(
+                self.parent_id, [], 0.0, retry=(self._actor_id, decision.delay)
+            )
+
+    def cancel(self) -> None:
+        """Cancel whatever the actor is doing (shutdown timeout or ``brutal``)."""
+        self.scope.cancel()
 
     def leave(self) -> None:
         """Finish the current message, then release the lease and leave (runtime shutdown)."""
@@ -251,6 +314,9 @@ class Cell:
             if self.buffer:
                 return self.buffer[0]
             self.wake.clear()
+            # Re-check after clearing: a leave() or stop during the rescan set wake already.
+            if self.stop_reason is not None or self.leaving or self.rescan_requested:
+                continue
             if idle is None:
                 await self.wake.wait()
                 continue
@@ -268,6 +334,27 @@ class Cell:
                 self.buffer.append(m)
         if len(rows) == 1000:
             self.rescan_requested = True
+
+    def offer_local(self, msg: Any) -> None:
+        """Deliver an in-memory system message next (it has no mailbox row)."""
+        self.local_seq += 1
+        local = StoredMessage(
+            msg_id=f"local:{self._actor_id}:{self.local_seq}",
+            actor_id=self._actor_id,
+            type=type(msg).__name__,
+            payload=b"",
+            deliver_at=0.0,
+            attempts=0,
+            errors=[],
+            wants_reply=False,
+            local=msg,
+        )
+        self.known.add(local.msg_id)
+        # After the message being processed (if any), before the rest: OTP's exit signals jump
+        # the queue too.
+        busy = self.current is not None and self.buffer and self.buffer[0] is self.current
+        self.buffer.insert(1 if busy else 0, local)
+        self.wake.set()
 
     def offer(self, msg: StoredMessage) -> None:
         """Hand the cell a message that was just committed to its mailbox."""
@@ -288,29 +375,42 @@ class Cell:
     # -- delivery -----------------------------------------------------------------------------
 
     async def _deliver(self, m: StoredMessage) -> None:
+        self.current = m
+        try:
+            await self._deliver_current(m)
+        finally:
+            self.current = None
+
+    async def _deliver_current(self, m: StoredMessage) -> None:
         rt = self.runtime
         max_attempts = rt.max_attempts
-        if m.msg_id not in self.claimed:
-            if m.attempts >= max_attempts:
-                # Every counted attempt began and none finished: the process died each time.
-                await self._fail(
-                    m, _unfinished(m, m.attempts), f"delivered {m.attempts} times without finishing"
-                )
+        transient = m.local is not None  # an in-memory system message: no mailbox row
+        if transient:
+            msg = m.local
+        else:
+            if m.msg_id not in self.claimed:
+                if m.attempts >= max_attempts:
+                    # Every counted attempt began and none finished: the process died each time.
+                    await self._fail(
+                        m,
+                        _unfinished(m, m.attempts),
+                        f"delivered {m.attempts} times without finishing",
+                    )
+                    return
+                await self._commit(Claim(self._actor_id, self.fence, m.msg_id))
+                m.attempts += 1
+                self.claimed.add(m.msg_id)
+                if m.attempts > 1:
+                    telemetry.redeliveries.add(1)
+            try:
+                msg = self._msg_decoder.decode(m.payload)
+            except msgspec.DecodeError as exc:
+                errors = [
+                    *_unfinished(m, m.attempts - 1),
+                    f"attempt {m.attempts}: undecodable payload for {self._actor_id!r}: {exc}",
+                ]
+                await self._fail(m, errors, "undecodable message")
                 return
-            await self._commit(Claim(self._actor_id, self.fence, m.msg_id))
-            m.attempts += 1
-            self.claimed.add(m.msg_id)
-            if m.attempts > 1:
-                telemetry.redeliveries.add(1)
-        try:
-            msg = self._msg_decoder.decode(m.payload)
-        except msgspec.DecodeError as exc:
-            errors = [
-                *_unfinished(m, m.attempts - 1),
-                f"attempt {m.attempts}: undecodable payload for {self._actor_id!r}: {exc}",
-            ]
-            await self._fail(m, errors, "undecodable message")
-            return
 
         step = Step(self)
         self.step = step
@@ -321,25 +421,7 @@ class Cell:
             reply_bytes = rt.encode_reply(self.spec, reply) if m.wants_reply else None
         except Exception as exc:
             self._state = state_before
-            errors = [
-                *_unfinished(m, m.attempts - 1),
-                f"attempt {m.attempts}: {type(exc).__name__}: {exc}",
-            ]
-            telemetry.log.warning(
-                "handler_failed",
-                actor_id=self._actor_id,
-                msg_id=m.msg_id,
-                attempt=m.attempts,
-                error=repr(exc),
-                traceback="".join(traceback.format_exception(exc)[-3:]),
-            )
-            if m.attempts >= max_attempts:
-                await self._fail(m, errors, f"failed {m.attempts} times")
-            else:
-                m.errors = errors
-                await self._commit(AttemptFailed(self._actor_id, self.fence, m.msg_id, errors))
-                self.claimed.discard(m.msg_id)
-                await rt.on_handler_failure(self, m, exc)
+            await self._handler_failed(m, exc)
             return
         finally:
             step.closed = True
@@ -355,7 +437,15 @@ class Cell:
         nxt = self.buffer[1] if len(self.buffer) > 1 else None
         claim_next = (
             nxt.msg_id
-            if nxt is not None and nxt.msg_id not in self.claimed and nxt.attempts < max_attempts
+            if nxt is not None
+            and nxt.local is None
+            and nxt.msg_id not in self.claimed
+            and nxt.attempts < max_attempts
+            else None
+        )
+        stop = (
+            rt.stop_record(self._actor_id, step.stop_reason)
+            if step.stop_reason is not None
             else None
         )
         commit = StepCommit(
@@ -367,14 +457,17 @@ class Cell:
             reply=reply_bytes,
             snapshot=snapshot,
             claim_next=claim_next,
-            stop_reason=step.stop_reason,
+            stop=stop,
         )
         try:
             result = await self._commit(commit)
-        except JournalWriteError:
+        except JournalWriteError as exc:
             # The outcome is unknown: the step may or may not be in the store. Never resume on
-            # top of a guess; rebuild from what is committed and look at the mailbox again.
+            # top of a guess: rebuild from what is committed and look at the mailbox again.
             self._state = state_before
+            telemetry.log.error(
+                "step_commit_failed", actor_id=self._actor_id, msg_id=m.msg_id, error=repr(exc)
+            )
             await self._reload()
             return
         self.seq = new_seq
@@ -390,6 +483,62 @@ class Cell:
         if step.stop_reason is not None:
             self.stop_reason = step.stop_reason
             rt.actor_stopped_itself(self, step.stop_reason)
+        elif step.escalate is not None:
+            await self._act_on(await rt.supervision.report(self, SupervisorFailed(step.escalate)))
+
+    async def _handler_failed(self, m: StoredMessage, exc: Exception) -> None:
+        """Record the attempt's error (dead-lettering at max_attempts), then let supervision decide."""
+        telemetry.log.warning(
+            "handler_failed",
+            actor_id=self._actor_id,
+            msg_id=m.msg_id,
+            attempt=m.attempts,
+            error=repr(exc),
+            traceback="".join(traceback.format_exception(exc)[-3:]),
+        )
+        if m.local is not None:
+            self.buffer.popleft()  # a system message is not redelivered; supervision decides
+            self.known.discard(m.msg_id)
+        else:
+            errors = [
+                *_unfinished(m, m.attempts - 1),
+                f"attempt {m.attempts}: {type(exc).__name__}: {exc}",
+            ]
+            if m.attempts >= self.runtime.max_attempts:
+                await self._fail(m, errors, f"failed {m.attempts} times")
+            else:
+                m.errors = errors
+                await self._commit(AttemptFailed(self._actor_id, self.fence, m.msg_id, errors))
+                self.claimed.discard(m.msg_id)
+        await self._act_on(await self.runtime.supervision.report(self, exc))
+
+    async def _act_on(self, decision: Decision) -> None:
+        """Carry out a supervisor's decision about this actor (DESIGN §5)."""
+        sup = self.runtime.supervision
+        match decision.kind:
+            case "resume":
+                pass  # same instance; the state was already rolled back to before the message
+            case "restart":
+                if decision.delay > 0:
+                    sup.held[self._actor_id] = "backing off"
+                    telemetry.log.info(
+                        "actor_backing_off", actor_id=self._actor_id, delay=decision.delay
+                    )
+                    await self.runtime.time.sleep(decision.delay)
+                sup.held[self._actor_id] = "restarting"
+                try:
+                    await self.restart()
+                finally:
+                    sup.held.pop(self._actor_id, None)
+            case "exit":
+                raise Exit(decision.reason)
+            case "stop":
+                await self._commit(self.runtime.stop_record(self._actor_id, decision.reason))
+                sup.held.pop(self._actor_id, None)
+                self.runtime.actor_stopped_itself(self, decision.reason)
+                raise Exit(decision.reason)
+            case "stopped":
+                raise Exit(decision.reason)  # already stopped for good by supervision
 
     async def _fail(self, m: StoredMessage, errors: list[str], why: str) -> None:
         """Move ``m`` to dead letters with its error history; the actor goes on (I7)."""

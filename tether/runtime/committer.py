@@ -27,10 +27,12 @@ from tether.runtime.store import (
     LeaseAcquire,
     LeaseRelease,
     NewMessage,
+    Revive,
     Spawn,
     StepCommit,
     StopActor,
     Store,
+    Watch,
 )
 
 log = structlog.get_logger("tether.commit")
@@ -44,6 +46,8 @@ Write = (
     | Claim
     | AttemptFailed
     | StopActor
+    | Revive
+    | Watch
 )
 
 _FIELD: dict[type[Any], str] = {
@@ -55,6 +59,8 @@ _FIELD: dict[type[Any], str] = {
     Claim: "claims",
     AttemptFailed: "failures",
     StopActor: "stops",
+    Revive: "revives",
+    Watch: "watches",
 }
 
 

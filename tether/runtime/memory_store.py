@@ -6,8 +6,6 @@ nothing, so it is for tests of actor logic, never for durability.
 
 from __future__ import annotations
 
-import time
-
 import msgspec
 
 from tether.errors import StoreError
@@ -20,6 +18,7 @@ from tether.runtime.store import (
     NewMessage,
     Reply,
     Snapshot,
+    StopActor,
     StoredMessage,
 )
 
@@ -49,6 +48,7 @@ class MemoryStore:
         self.replies: dict[str, _ReplyRow] = {}
         self.dead: dict[str, DeadLetter] = {}
         self.runtimes: dict[str, tuple[str, str, int, float]] = {}
+        self.watches: dict[str, set[str]] = {}
         self._seq = 0
 
     async def open(self) -> None:
@@ -92,6 +92,14 @@ class MemoryStore:
         for sp in batch.spawns:
             actors.setdefault(sp.record.actor_id, sp.record)
             result.spawned[sp.record.actor_id] = actors[sp.record.actor_id]
+        for rv in batch.revives:
+            rec = actors.get(rv.actor_id)
+            if rec is not None:
+                actors[rv.actor_id] = msgspec.structs.replace(
+                    rec, status="active", stop_reason=None
+                )
+        for w in batch.watches:
+            self.watches.setdefault(w.watched, set()).add(w.watcher)
         for rel in batch.releases:
             rec = actors.get(rel.actor_id)
             if rel.actor_id not in stale and rec is not None and rec.fence == rel.fence:
@@ -172,23 +180,32 @@ class MemoryStore:
             if f.dead_letter_reason is not None:
                 dead_letter(f.msg_id, f.dead_letter_reason, f.now)
 
-        now = time.time()
-        stops = [(s.actor_id, s.stop_reason, now) for s in steps if s.stop_reason is not None]
-        stops += [(st.actor_id, st.reason, st.now) for st in batch.stops]
-        for actor_id, reason, at in stops:
-            rec = actors.get(actor_id)
+        stop_ops: list[StopActor] = [s.stop for s in steps if s.stop is not None] + list(
+            batch.stops
+        )
+        for halt in stop_ops:
+            rec = actors.get(halt.actor_id)
             if rec is not None:
-                actors[actor_id] = msgspec.structs.replace(
+                actors[halt.actor_id] = msgspec.structs.replace(
                     rec,
-                    status="stopped",
-                    stop_reason=reason,
+                    status=halt.status,
+                    stop_reason=halt.reason,
                     fence=rec.fence + 1,
                     lease_owner=None,
                     lease_expires=0.0,
                 )
-            for msg_id in [k for k, r in mailbox.items() if r.msg.actor_id == actor_id]:
-                dead_letter(msg_id, f"actor stopped: {reason}", at)
-
+            for msg_id in [k for k, r in mailbox.items() if r.msg.actor_id == halt.actor_id]:
+                dead_letter(msg_id, f"actor {halt.status}: {halt.reason}", halt.now)
+            for watcher in sorted(self.watches.pop(halt.actor_id, set())):
+                notice_id = f"terminated:{halt.actor_id}:{watcher}:{halt.now!r}"
+                if notice_id not in mailbox:
+                    self._seq += 1
+                    mailbox[notice_id] = _Row(
+                        seq=self._seq,
+                        msg=NewMessage(
+                            notice_id, watcher, "Terminated", halt.notice, halt.now, halt.now
+                        ),
+                    )
         return result
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
@@ -267,6 +284,10 @@ class MemoryStore:
         self._check()
         hit = self.dedup.get((actor_id, dedup_key))
         return hit[0] if hit else None
+
+    async def watchers(self, actor_id: str) -> list[str]:
+        self._check()
+        return sorted(self.watches.get(actor_id, set()))
 
     async def renew_leases(self, owner: str, expires: float) -> None:
         self._check()

@@ -14,8 +14,7 @@ import itertools
 import os
 import secrets
 import socket
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -24,7 +23,7 @@ import anyio
 import msgspec
 
 from tether.actors.actor import Actor, ActorSpec, actor_spec, import_class
-from tether.actors.messages import Message
+from tether.actors.messages import Message, Terminated
 from tether.actors.ref import ActorRef
 from tether.errors import (
     ActorNotFound,
@@ -38,6 +37,7 @@ from tether.errors import (
 )
 from tether.runtime import telemetry
 from tether.runtime.cell import Cell, current_step
+from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.memory_store import MemoryStore
@@ -46,13 +46,18 @@ from tether.runtime.store import (
     ActorRecord,
     BatchResult,
     LeaseAcquire,
+    LeaseRelease,
     NewMessage,
     Spawn,
     StepCommit,
     StopActor,
     Store,
     StoredMessage,
+    Watch,
 )
+from tether.runtime.supervision import Supervision
+from tether.runtime.tree import TreeNode
+from tether.supervisor.spec import ChildSpec
 
 A = TypeVar("A", bound=Actor[Any])
 
@@ -76,7 +81,8 @@ class Runtime:
         poll_interval: seconds between scans for messages stored by other processes.
         retention: seconds to keep dedup keys and ask replies.
         max_message_bytes: the largest encoded message ``tell`` accepts.
-        clock: wall-clock source (seconds since the epoch); injectable for tests.
+        clock: the time source for leases, delays, restart windows and backoff
+            (``tether.testing.FakeClock`` in tests).
     """
 
     def __init__(
@@ -92,7 +98,7 @@ class Runtime:
         poll_interval: float = 0.1,
         retention: float = 7 * 24 * 3600.0,
         max_message_bytes: int = 1 << 20,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
     ) -> None:
         _positive("max_attempts", max_attempts, integer=True)
         _positive("snapshot_every", snapshot_every, integer=True)
@@ -118,12 +124,14 @@ class Runtime:
         self.poll_interval = poll_interval
         self.retention = retention
         self.max_message_bytes = max_message_bytes
-        self.clock = clock
+        self.time: Clock = clock if clock is not None else SystemClock()
+        self.clock = self.time.now
         self.host = socket.gethostname()
         self.runtime_id = f"{self.host}-{os.getpid()}-{secrets.token_hex(4)}"
         self.committer = GroupCommitter(store)
         self.cells: dict[str, Cell] = {}
         self.dead_letters = DeadLetters(self)
+        self.supervision = Supervision(self)
 
         self._encoder = msgspec.msgpack.Encoder()
         self.encode = self._encoder.encode
@@ -248,10 +256,12 @@ class Runtime:
             raise ConfigError(
                 f"actor id {actor_id!r} is taken by a {stored.class_path}, not a {spec.class_path}"
             )
-        if stored.status == "stopped":
+        if stored.status != "active":
             raise ActorStopped(actor_id, stored.stop_reason)
         self._known[actor_id] = (spec, stored.status)
-        await self._activate(actor_id)
+        cell = await self._activate(actor_id)
+        if cell is not None:
+            await cell.ready.wait()  # like OTP's start_link: on_start has run when spawn returns
         return ActorRef(self, actor_id)
 
     def ref(self, actor_id: str) -> ActorRef:
@@ -322,7 +332,7 @@ class Runtime:
         """Stop an actor for good: it finishes its current message; the rest go to dead letters."""
         self._check_open()
         spec, status = await self._spec_of(actor_id)
-        if status == "stopped":
+        if status != "active":
             return
         self._stopping.add(actor_id)
         try:
@@ -331,7 +341,11 @@ class Runtime:
                 cell.stop_reason = reason
                 cell.wake.set()
                 await cell.exited.wait()
-            await self.committer.submit(StopActor(actor_id, reason, self.clock()))
+            # A supervisor's children stop first, in reverse start order (OTP shutdown).
+            for child in reversed(await self.store.list_actors(parent_id=actor_id)):
+                if child.status == "active":
+                    await self.stop(child.actor_id, f"supervisor {actor_id} stopped: {reason}")
+            await self.committer.submit(self.stop_record(actor_id, reason))
             self._known[actor_id] = (spec, "stopped")
         finally:
             self._stopping.discard(actor_id)
@@ -349,7 +363,7 @@ class Runtime:
         spec, status = await self._spec_of(actor_id)
         if type(msg) not in spec.message_types:
             raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
-        if status == "stopped":
+        if status != "active":
             rec = await self.store.get_actor(actor_id)
             raise ActorStopped(actor_id, rec.stop_reason if rec else None)
         if delay is not None and not (delay >= 0):
@@ -473,13 +487,29 @@ class Runtime:
                 self._route(new)
 
     def actor_stopped_itself(self, cell: Cell, reason: str) -> None:
+        from tether.supervisor.supervisor import ChildExited
+
         self._known[cell.actor_id] = (cell.spec, "stopped")
         telemetry.log.info("actor_stopped", actor_id=cell.actor_id, reason=reason)
+        parent = self.cells.get(cell.parent_id) if cell.parent_id is not None else None
+        if parent is not None:
+            parent.offer_local(ChildExited(child_id=cell.actor_id, reason=reason))
 
-    async def on_handler_failure(self, cell: Cell, msg: StoredMessage, exc: Exception) -> None:
-        """A handler raised and the message will be delivered again: restart the instance,
-        its state re-folded from the committed journal (I3)."""
-        await cell.restart()
+    def stop_record(self, actor_id: str, reason: str, *, status: str = "stopped") -> StopActor:
+        """The write that stops ``actor_id`` for good and notifies its watchers."""
+        notice = self.encode(Terminated(actor_id=actor_id, reason=reason, status=status))
+        return StopActor(actor_id, reason, self.clock(), notice, status)
+
+    def forget_status(self, actor_id: str, status: str) -> None:
+        known = self._known.get(actor_id)
+        if known is not None:
+            self._known[actor_id] = (known[0], status)
+
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the runtime's task group (it ends with the runtime)."""
+        if self._tg is None:
+            raise RuntimeClosed("the Runtime is not open")
+        self._tg.start_soon(fn, *args)
 
     def activation_failed(self, actor_id: str, exc: Exception) -> None:
         n = self._failures.get(actor_id, 0) + 1
@@ -489,13 +519,16 @@ class Runtime:
     def cell_exited(self, cell: Cell) -> None:
         if self.cells.get(cell.actor_id) is cell:
             del self.cells[cell.actor_id]
+        children = getattr(cell.instance, "child_entries", None)
+        if children is not None and self.supervision.failures:
+            self.supervision.supervisor_left(cell.actor_id, {e.child_id for e in children()})
         for msg_id in cell.known:  # asks still waiting on a cell that left: poll the store
             if msg_id in self._asks:
                 self._scheduler_wake.set()
 
     def detach_if_idle(self, cell: Cell) -> bool:
         """Remove an idle cell from the registry (passivation); False if work arrived."""
-        if cell.buffer or cell.rescan_requested:
+        if cell.buffer or cell.rescan_requested or not cell.spec.cls.passivates:
             return False
         if self.cells.get(cell.actor_id) is cell:
             del self.cells[cell.actor_id]
@@ -543,10 +576,17 @@ class Runtime:
             if rec is None:
                 return None
             spec = actor_spec(import_class(rec.class_path))
-            if rec.status == "stopped":
-                self._known[actor_id] = (spec, "stopped")
+            if rec.status != "active":
+                self._known[actor_id] = (spec, rec.status)
                 # Messages stored by another process after the stop: record them, drop nothing.
-                await self.committer.submit(StopActor(actor_id, rec.stop_reason or "stopped", now))
+                await self.committer.submit(
+                    self.stop_record(actor_id, rec.stop_reason or rec.status, status=rec.status)
+                )
+                return None
+            if rec.parent_id is not None and rec.parent_id not in self.cells:
+                # A subtree lives in one runtime: start the supervisor, which starts its children.
+                self._activating.discard(actor_id)
+                await self._activate(rec.parent_id)
                 return None
             result = await self.committer.submit(
                 LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now)
@@ -556,8 +596,12 @@ class Runtime:
                 self._not_before[actor_id] = now + self.lease_ttl / 2
                 return None
             self._not_before.pop(actor_id, None)
+            if actor_id in self.supervision.held or actor_id in self._stopping:
+                # Held by its supervisor while we were acquiring: it is not ours to start.
+                await self.committer.submit(LeaseRelease(actor_id, fence))
+                return None
             self._known.setdefault(actor_id, (spec, "active"))
-            cell = Cell(self, spec, actor_id, _decode_init(spec, rec.init), fence)
+            cell = Cell(self, spec, actor_id, _decode_init(spec, rec.init), fence, rec.parent_id)
             self.cells[actor_id] = cell
             assert self._tg is not None
             self._tg.start_soon(cell.run)
@@ -637,7 +681,95 @@ class Runtime:
                 telemetry.log.info("dead_runtime_reaped", runtime_id=runtime_id, pid=pid)
                 await self.store.remove_runtime(runtime_id)
 
+    # -- supervision and death watch ----------------------------------------------------------
+
+    async def add_child(self, supervisor_id: str, spec: ChildSpec) -> ActorRef:
+        """Start a dynamic child under a running supervisor (like OTP's start_child)."""
+        from tether.supervisor.supervisor import AddChild
+
+        cls_spec = actor_spec(spec.actor_class)
+        _check_id(spec.child_id)
+        try:
+            init = self.encode(spec.init)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise ConfigError(
+                f"spawn arguments of {spec.child_id!r} cannot be stored: {exc}"
+            ) from exc
+        _decode_init(cls_spec, init)
+        msg = AddChild(
+            child_id=spec.child_id,
+            class_path=cls_spec.class_path,
+            restart=spec.restart,
+            shutdown=spec.shutdown,
+            init=init,
+        )
+        await self.ask(supervisor_id, msg, timeout=60.0, dedup_key=None)
+        return ActorRef(self, spec.child_id)
+
+    async def remove_child(
+        self, supervisor_id: str, child_id: str, reason: str = "removed"
+    ) -> bool:
+        """Stop a child for good and remove it from its supervisor. False if it was not a child."""
+        from tether.supervisor.supervisor import RemoveChild
+
+        removed: bool = await self.ask(
+            supervisor_id,
+            RemoveChild(child_id=child_id, reason=reason),
+            timeout=60.0,
+            dedup_key=None,
+        )
+        return removed
+
+    async def watch(self, watcher: str, watched: str) -> None:
+        """``watcher`` receives ``Terminated`` when ``watched`` stops for good."""
+        spec, _ = await self._spec_of(watcher)
+        if Terminated not in spec.message_types:
+            raise ConfigError(
+                f"{watcher!r} watches {watched!r} but its handle() does not accept tether.Terminated"
+            )
+        rec = await self.store.get_actor(watched)
+        if rec is None:
+            raise ActorNotFound(watched)
+        await self.committer.submit(Watch(watcher=watcher, watched=watched))
+        if rec.status != "active":  # already gone: the notice comes at once
+            await self.tell(
+                watcher,
+                Terminated(
+                    actor_id=watched, reason=rec.stop_reason or rec.status, status=rec.status
+                ),
+                dedup_key=f"terminated:{watched}",
+                delay=None,
+            )
+
     # -- introspection ------------------------------------------------------------------------
+
+    async def tree(self) -> list[TreeNode]:
+        """The supervision tree: every actor in the store under its supervisor, with its live
+        status, restart count and last failure. Top-level actors are the roots."""
+        records = await self.store.list_actors()
+        children: dict[str | None, list[ActorRecord]] = {}
+        for rec in records:
+            children.setdefault(rec.parent_id, []).append(rec)
+        ids = {r.actor_id for r in records}
+
+        def node(rec: ActorRecord) -> TreeNode:
+            status = (
+                rec.status
+                if rec.status != "active"
+                else self.supervision.held.get(rec.actor_id, "running")
+            )
+            count, last = self.supervision.counts(rec.actor_id, rec.parent_id)
+            return TreeNode(
+                id=rec.actor_id,
+                actor_class=rec.class_path,
+                status=status,
+                active=rec.actor_id in self.cells,
+                restart_count=count,
+                last_failure=last,
+                children=[node(c) for c in children.get(rec.actor_id, [])],
+            )
+
+        return [node(r) for r in records if r.parent_id is None or r.parent_id not in ids]
 
     def stats(self) -> dict[str, int]:
         """Counters for tests and benchmarks: active actors, commits and writes so far."""

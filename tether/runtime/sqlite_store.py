@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -99,6 +98,11 @@ CREATE TABLE dead_letters (
     reason     TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+CREATE TABLE watches (
+    watched TEXT NOT NULL,
+    watcher TEXT NOT NULL,
+    PRIMARY KEY (watched, watcher)
+) WITHOUT ROWID;
 CREATE TABLE runtimes (
     runtime_id TEXT PRIMARY KEY,
     host       TEXT NOT NULL,
@@ -285,6 +289,17 @@ class SqliteStore:
             for rec in await self._actors_in(db, [s.record.actor_id for s in b.spawns]):
                 result.spawned[rec.actor_id] = rec
 
+        if b.revives:
+            await db.executemany(
+                "UPDATE actors SET status = 'active', stop_reason = NULL WHERE actor_id = ?",
+                [(r.actor_id,) for r in b.revives],
+            )
+        if b.watches:
+            await db.executemany(
+                "INSERT OR IGNORE INTO watches (watched, watcher) VALUES (?, ?)",
+                [(w.watched, w.watcher) for w in b.watches],
+            )
+
         releases = [r for r in b.releases if r.actor_id not in stale]
         if releases:
             await db.executemany(
@@ -406,24 +421,31 @@ class SqliteStore:
                     db, [(f.msg_id, f.dead_letter_reason or "", f.now) for f in dead]
                 )
 
-        stops = [(s.actor_id, s.stop_reason, s.msg_id) for s in steps if s.stop_reason is not None]
-        stops_now = [(st.actor_id, st.reason, st.now) for st in b.stops]
-        if stops or stops_now:
-            now = time.time()
-            targets = [(a, r, now) for a, r, _ in stops] + stops_now
+        stops = [s.stop for s in steps if s.stop is not None] + list(b.stops)
+        if stops:
             await db.executemany(
-                "UPDATE actors SET status = 'stopped', stop_reason = ?, fence = fence + 1, "
+                "UPDATE actors SET status = ?, stop_reason = ?, fence = fence + 1, "
                 "lease_owner = NULL, lease_expires = 0 WHERE actor_id = ?",
-                [(r, a) for a, r, _ in targets],
+                [(st.status, st.reason, st.actor_id) for st in stops],
             )
             pending: list[tuple[str, str, float]] = []
-            for actor_id, reason, at in targets:
+            for st in stops:
                 for (msg_id,) in await db.execute_fetchall(
-                    "SELECT msg_id FROM mailbox WHERE actor_id = ?", (actor_id,)
+                    "SELECT msg_id FROM mailbox WHERE actor_id = ?", (st.actor_id,)
                 ):
-                    pending.append((msg_id, f"actor stopped: {reason}", at))
+                    pending.append((msg_id, f"actor {st.status}: {st.reason}", st.now))
             if pending:
                 await self._dead_letter(db, pending)
+            # Death watch: every watcher gets a Terminated notice in the same transaction.
+            await db.executemany(
+                "INSERT OR IGNORE INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at) "
+                "SELECT 'terminated:' || watched || ':' || watcher || ':' || ?, watcher, 'Terminated', ?, ?, 0, ? "
+                "FROM watches WHERE watched = ?",
+                [(repr(st.now), st.notice, st.now, st.now, st.actor_id) for st in stops],
+            )
+            await db.executemany(
+                "DELETE FROM watches WHERE watched = ?", [(st.actor_id,) for st in stops]
+            )
         return result
 
     async def _dead_letter(
@@ -544,6 +566,12 @@ class SqliteStore:
             "SELECT msg_id FROM dedup WHERE actor_id = ? AND dedup_key = ?", (actor_id, dedup_key)
         )
         return str(rows[0][0]) if rows else None
+
+    async def watchers(self, actor_id: str) -> list[str]:
+        rows = await self._read(
+            "SELECT watcher FROM watches WHERE watched = ? ORDER BY watcher", (actor_id,)
+        )
+        return [r[0] for r in rows]
 
     async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]:
         sql = "SELECT msg_id, actor_id, type, payload, attempts, errors, reason, created_at FROM dead_letters"

@@ -15,7 +15,7 @@ Every implementation must pass ``tests/runtime/test_store_conformance.py``.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -29,7 +29,7 @@ class ActorRecord(msgspec.Struct, frozen=True):
     class_path: str
     init: bytes
     parent_id: str | None
-    status: str  # "active" (the default, passivated or not) | "stopped"
+    status: str  # "active" (passivated or not) | "stopped" | "failed"
     stop_reason: str | None
     fence: int
     lease_owner: str | None
@@ -49,6 +49,7 @@ class StoredMessage(msgspec.Struct):
     errors: list[str]
     wants_reply: bool
     seq: int = 0
+    local: Any = None  # an in-memory system message (never stored), already decoded
 
 
 class JournalRow(msgspec.Struct, frozen=True, array_like=True):
@@ -112,6 +113,30 @@ class LeaseRelease(msgspec.Struct):
     fence: int
 
 
+class StopActor(msgspec.Struct):
+    """Mark the actor stopped (or failed) for good. Its pending messages go to dead letters with
+    the reason, and each watcher gets ``notice`` (an encoded ``Terminated``) in its mailbox."""
+
+    actor_id: str
+    reason: str
+    now: float
+    notice: bytes
+    status: str = "stopped"  # "stopped" | "failed"
+
+
+class Revive(msgspec.Struct):
+    """Make a stopped actor active again (a supervisor restarting a permanent child)."""
+
+    actor_id: str
+
+
+class Watch(msgspec.Struct):
+    """``watcher`` gets a ``Terminated`` notice when ``watched`` stops for good."""
+
+    watcher: str
+    watched: str
+
+
 class StepCommit(msgspec.Struct):
     """One processed message (I2): its events, outbox, reply and ack, plus the next claim."""
 
@@ -123,7 +148,7 @@ class StepCommit(msgspec.Struct):
     reply: bytes | None = None
     snapshot: Snapshot | None = None
     claim_next: str | None = None
-    stop_reason: str | None = None
+    stop: StopActor | None = None  # the actor stopped itself in this step
 
 
 class Claim(msgspec.Struct):
@@ -145,14 +170,6 @@ class AttemptFailed(msgspec.Struct):
     now: float = 0.0
 
 
-class StopActor(msgspec.Struct):
-    """Mark the actor stopped; its pending messages go to dead letters with the reason."""
-
-    actor_id: str
-    reason: str
-    now: float
-
-
 FencedWrite = LeaseRelease | StepCommit | Claim | AttemptFailed
 
 
@@ -165,6 +182,8 @@ class Batch(msgspec.Struct):
     claims: list[Claim] = msgspec.field(default_factory=list)
     failures: list[AttemptFailed] = msgspec.field(default_factory=list)
     stops: list[StopActor] = msgspec.field(default_factory=list)
+    revives: list[Revive] = msgspec.field(default_factory=list)
+    watches: list[Watch] = msgspec.field(default_factory=list)
 
     def fenced(self) -> list[FencedWrite]:
         """The writes whose fence must match the actor's current one (I8)."""
@@ -225,6 +244,8 @@ class Store(Protocol):
     async def get_replies(self, msg_ids: list[str]) -> list[Reply]: ...
 
     async def find_dedup(self, actor_id: str, dedup_key: str) -> str | None: ...
+
+    async def watchers(self, actor_id: str) -> list[str]: ...
 
     async def renew_leases(self, owner: str, expires: float) -> None: ...
 

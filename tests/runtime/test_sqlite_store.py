@@ -1,0 +1,260 @@
+"""What only ``SqliteStore`` has: a file on disk, its schema version, and its durability setting.
+
+The store semantics shared with ``MemoryStore`` live in ``test_store_conformance.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tether.errors import SchemaVersionError, StoreOpenError
+from tether.runtime.sqlite_store import SqliteStore
+from tether.runtime.store import (
+    SCHEMA_VERSION,
+    AttemptFailed,
+    Batch,
+    JournalRow,
+    LeaseAcquire,
+    Snapshot,
+    Spawn,
+    StepCommit,
+)
+
+from .test_store_conformance import NOW, msg, record
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def dump(path: Path) -> list[str]:
+    """The logical content of an SQLite file, for 'was it modified?' checks."""
+    con = sqlite3.connect(path)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+async def make_store(path: Path) -> None:
+    """Create a tether store at ``path`` and close it."""
+    s = SqliteStore(path)
+    await s.open()
+    await s.close()
+
+
+# -- opening ------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_opening_a_file_in_a_missing_folder_names_the_folder(tmp_path: Path) -> None:
+    """A path whose folder does not exist raises StoreOpenError naming that folder; nothing is created."""
+    folder = tmp_path / "no-such-folder"
+    with pytest.raises(StoreOpenError, match="no-such-folder"):
+        await SqliteStore(folder / "t.db").open()
+    assert not folder.exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(IS_ROOT, reason="root writes through chmod 0o400; see the directory case")
+async def test_opening_a_read_only_file_raises_store_open_error(tmp_path: Path) -> None:
+    """An existing store file without write permission raises StoreOpenError."""
+    path = tmp_path / "t.db"
+    await make_store(path)
+    path.chmod(0o400)
+    try:
+        with pytest.raises(StoreOpenError, match="not writable"):
+            await SqliteStore(path).open()
+    finally:
+        path.chmod(0o600)
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(IS_ROOT, reason="root writes through chmod 0o500 on the folder")
+async def test_creating_a_store_in_a_read_only_folder_raises_store_open_error(
+    tmp_path: Path,
+) -> None:
+    """A new store in a folder without write permission raises StoreOpenError naming the folder."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(StoreOpenError, match="not writable"):
+            await SqliteStore(folder / "t.db").open()
+    finally:
+        folder.chmod(0o700)
+
+
+@pytest.mark.anyio
+async def test_opening_a_path_that_is_a_directory_raises_store_open_error(tmp_path: Path) -> None:
+    """A path that cannot be opened as a file (a directory, unwritable even for root) raises StoreOpenError."""
+    path = tmp_path / "actually-a-folder"
+    path.mkdir()
+    with pytest.raises(StoreOpenError, match="actually-a-folder"):
+        await SqliteStore(path).open()
+    assert list(path.iterdir()) == []
+
+
+@pytest.mark.anyio
+async def test_opening_a_file_that_is_not_sqlite_raises_store_open_error(tmp_path: Path) -> None:
+    """A file of random bytes raises StoreOpenError and is left as it was."""
+    path = tmp_path / "t.db"
+    junk = os.urandom(4096)
+    path.write_bytes(junk)
+    with pytest.raises(StoreOpenError):
+        await SqliteStore(path).open()
+    assert path.read_bytes() == junk
+
+
+@pytest.mark.anyio
+async def test_opening_an_sqlite_file_of_another_program_raises_schema_version_error(
+    tmp_path: Path,
+) -> None:
+    """An SQLite file with tables but no meta table is refused with SchemaVersionError, unmodified."""
+    path = tmp_path / "other.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    con.execute("INSERT INTO customers (name) VALUES ('ada')")
+    con.commit()
+    con.close()
+    before = dump(path)
+    with pytest.raises(SchemaVersionError, match="not a tether store"):
+        await SqliteStore(path).open()
+    assert dump(path) == before
+
+
+@pytest.mark.anyio
+async def test_opening_a_store_of_an_unknown_schema_version_is_refused_untouched(
+    tmp_path: Path,
+) -> None:
+    """A tether store whose meta schema_version is '999' raises SchemaVersionError and is not modified."""
+    path = tmp_path / "t.db"
+    await make_store(path)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+        str(SCHEMA_VERSION),
+    )
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    before = dump(path)
+    with pytest.raises(SchemaVersionError, match="999"):
+        await SqliteStore(path).open()
+    assert dump(path) == before
+
+
+@pytest.mark.anyio
+async def test_a_new_store_is_in_wal_mode_with_the_current_schema_version(tmp_path: Path) -> None:
+    """A fresh store file is in WAL mode and records SCHEMA_VERSION in meta."""
+    path = tmp_path / "t.db"
+    await make_store(path)
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),
+        )
+    finally:
+        con.close()
+
+
+# -- durability ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_everything_committed_survives_close_and_reopen(tmp_path: Path) -> None:
+    """Actors, leases, messages, dedup keys, journal, snapshot, replies, dead letters and runtimes are on disk."""
+    path = tmp_path / "t.db"
+    s = SqliteStore(path)
+    await s.open()
+    try:
+        await s.register_runtime("rt-1", "host", 42, NOW)
+        await s.apply(Batch(spawns=[Spawn(record("a")), Spawn(record("b", parent_id="a"))]))
+        fence = (await s.apply(Batch(acquires=[LeaseAcquire("a", "rt-1", NOW + 30, NOW)]))).leases[
+            "a"
+        ]
+        assert fence is not None
+        await s.apply(
+            Batch(
+                messages=[
+                    msg("ask", wants_reply=True),
+                    msg("poison"),
+                    msg("kept", dedup_key="k"),
+                    msg("later", "b", deliver_at=NOW + 60),
+                ]
+            )
+        )
+        await s.apply(
+            Batch(
+                steps=[
+                    StepCommit(
+                        actor_id="a",
+                        fence=fence,
+                        msg_id="ask",
+                        events=[JournalRow(1, b"e1"), JournalRow(2, b"e2")],
+                        outbox=[],
+                        reply=b"yes",
+                        snapshot=Snapshot(2, b"state"),
+                    )
+                ],
+                failures=[
+                    AttemptFailed("a", fence, "poison", ["boom"], dead_letter_reason="bad", now=NOW)
+                ],
+            )
+        )
+        before_actors = await s.list_actors()
+    finally:
+        await s.close()
+
+    s = SqliteStore(path)
+    await s.open()
+    try:
+        assert await s.list_actors() == before_actors
+        rec = await s.get_actor("a")
+        assert rec is not None
+        assert (rec.fence, rec.lease_owner) == (fence, "rt-1")
+        assert await s.list_runtimes() == [("rt-1", "host", 42, NOW)]
+        assert [m.msg_id for m in await s.pending("a", NOW, 10)] == ["kept"]
+        assert [m.msg_id for m in await s.pending("b", NOW + 60, 10)] == ["later"]
+        assert await s.find_dedup("a", "k") == "kept"
+        assert await s.load_journal("a", 0, 10) == [JournalRow(1, b"e1"), JournalRow(2, b"e2")]
+        assert await s.load_snapshot("a") == Snapshot(2, b"state")
+        [reply] = await s.get_replies(["ask"])
+        assert (reply.ok, reply.payload) == (True, b"yes")
+        [letter] = await s.dead_letters()
+        assert (letter.msg_id, letter.errors, letter.reason) == ("poison", ["boom"], "bad")
+        dup = await s.apply(Batch(messages=[msg("again", dedup_key="k")]))
+        assert dup.duplicates == {"again": "kept"}
+    finally:
+        await s.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("durability", "level"), [("full", 2), ("normal", 1)])
+async def test_durability_sets_pragma_synchronous_on_every_connection(
+    tmp_path: Path, durability: str, level: int
+) -> None:
+    """durability='full' gives synchronous=FULL (2) and 'normal' gives NORMAL (1), on writer and reader."""
+    s = SqliteStore(tmp_path / "t.db", durability=durability)  # type: ignore[arg-type]
+    await s.open()
+    try:
+        for con in (s._writer, s._reader):
+            assert con is not None
+            assert await (await con.execute("PRAGMA synchronous")).fetchone() == (level,)
+    finally:
+        await s.close()
+
+
+def test_the_default_durability_is_full(tmp_path: Path) -> None:
+    """Without a durability argument a store syncs fully (I1, I2 survive power loss)."""
+    assert SqliteStore(tmp_path / "t.db").durability == "full"
+
+
+@pytest.mark.parametrize("durability", ["off", "FULL", "", None])
+def test_an_invalid_durability_is_refused(tmp_path: Path, durability: object) -> None:
+    """Any durability other than 'full' or 'normal' raises StoreOpenError naming the setting."""
+    with pytest.raises(StoreOpenError, match="durability"):
+        SqliteStore(tmp_path / "t.db", durability=durability)  # type: ignore[arg-type]
+    assert not (tmp_path / "t.db").exists()

@@ -1,0 +1,911 @@
+"""The ``Store`` protocol's semantics, checked against every implementation (DESIGN §3).
+
+Each test runs once on an opened ``SqliteStore`` (a file under ``tmp_path``) and once on an
+opened ``MemoryStore``. The invariants named here are the ones the runtime relies on: I1 (dedup),
+I2 (atomic step), I7 (dead letters) and I8 (leases and fencing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tether.errors import StoreError
+from tether.runtime.memory_store import MemoryStore
+from tether.runtime.sqlite_store import SqliteStore
+from tether.runtime.store import (
+    ActorRecord,
+    AttemptFailed,
+    Batch,
+    BatchResult,
+    Claim,
+    JournalRow,
+    LeaseAcquire,
+    LeaseRelease,
+    NewMessage,
+    Snapshot,
+    Spawn,
+    StepCommit,
+    StopActor,
+    Store,
+)
+
+pytestmark = pytest.mark.anyio
+
+NOW = 1_000.0  # the tests' clock: every message is due at NOW unless delayed
+TTL = 30.0
+LATER = NOW + 1_000_000.0  # a "now" at which every message in these tests is due
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str
+) -> AsyncIterator[Store]:
+    """An opened store of each kind, closed after the test."""
+    s: Store = SqliteStore(tmp_path / "tether.db") if request.param == "sqlite" else MemoryStore()
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def record(
+    actor_id: str,
+    *,
+    parent_id: str | None = None,
+    class_path: str = "tests.sample:Counter",
+    created_at: float = NOW,
+) -> ActorRecord:
+    return ActorRecord(
+        actor_id=actor_id,
+        class_path=class_path,
+        init=b"\x80",
+        parent_id=parent_id,
+        status="active",
+        stop_reason=None,
+        fence=0,
+        lease_owner=None,
+        lease_expires=0.0,
+        created_at=created_at,
+    )
+
+
+def msg(
+    msg_id: str,
+    actor_id: str = "a",
+    *,
+    deliver_at: float = NOW,
+    created_at: float = NOW,
+    dedup_key: str | None = None,
+    wants_reply: bool = False,
+    type_: str = "Ping",
+    payload: bytes | None = None,
+) -> NewMessage:
+    return NewMessage(
+        msg_id=msg_id,
+        actor_id=actor_id,
+        type=type_,
+        payload=payload if payload is not None else msg_id.encode(),
+        deliver_at=deliver_at,
+        created_at=created_at,
+        dedup_key=dedup_key,
+        wants_reply=wants_reply,
+    )
+
+
+def step(
+    actor_id: str,
+    fence: int,
+    msg_id: str,
+    *,
+    events: list[JournalRow] | None = None,
+    outbox: list[NewMessage] | None = None,
+    reply: bytes | None = None,
+    snapshot: Snapshot | None = None,
+    claim_next: str | None = None,
+    stop_reason: str | None = None,
+) -> StepCommit:
+    return StepCommit(
+        actor_id=actor_id,
+        fence=fence,
+        msg_id=msg_id,
+        events=events or [],
+        outbox=outbox or [],
+        reply=reply,
+        snapshot=snapshot,
+        claim_next=claim_next,
+        stop_reason=stop_reason,
+    )
+
+
+async def spawn(store: Store, *actor_ids: str) -> None:
+    await store.apply(Batch(spawns=[Spawn(record(a)) for a in actor_ids]))
+
+
+async def send(store: Store, *messages: NewMessage) -> BatchResult:
+    return await store.apply(Batch(messages=list(messages)))
+
+
+async def lease(
+    store: Store, actor_id: str, owner: str = "rt-1", *, now: float = NOW
+) -> int | None:
+    result = await store.apply(Batch(acquires=[LeaseAcquire(actor_id, owner, now + TTL, now)]))
+    return result.leases[actor_id]
+
+
+async def owned(store: Store, actor_id: str, owner: str = "rt-1") -> int:
+    """Spawn ``actor_id`` and lease it to a registered ``owner``; return the fence."""
+    await spawn(store, actor_id)
+    await store.register_runtime(owner, "host", 1, NOW)
+    fence = await lease(store, actor_id, owner)
+    assert fence is not None
+    return fence
+
+
+async def pending_ids(store: Store, actor_id: str, now: float = LATER) -> list[str]:
+    return [m.msg_id for m in await store.pending(actor_id, now, 1000)]
+
+
+async def journal_seqs(store: Store, actor_id: str) -> list[int]:
+    return [r.seq for r in await store.load_journal(actor_id, 0, 1000)]
+
+
+# -- spawn --------------------------------------------------------------------------------------
+
+
+async def test_spawn_stores_the_record_and_returns_it(store: Store) -> None:
+    """A spawn of a new id stores the record as given and returns it in BatchResult.spawned."""
+    rec = record("a", parent_id="p")
+    result = await store.apply(Batch(spawns=[Spawn(rec)]))
+    assert result.spawned == {"a": rec}
+    assert await store.get_actor("a") == rec
+
+
+async def test_spawn_of_a_taken_id_keeps_and_returns_the_existing_record(store: Store) -> None:
+    """Spawning an id that exists changes nothing and returns the record stored first."""
+    first = record("a", class_path="first:Actor", created_at=NOW)
+    await store.apply(Batch(spawns=[Spawn(first)]))
+    result = await store.apply(
+        Batch(spawns=[Spawn(record("a", class_path="second:Actor", created_at=NOW + 5))])
+    )
+    assert result.spawned == {"a": first}
+    assert await store.get_actor("a") == first
+    assert [r.actor_id for r in await store.list_actors()] == ["a"]
+
+
+async def test_spawn_of_a_taken_id_returns_its_current_state(store: Store) -> None:
+    """A repeated spawn returns the stored record as it is now (leased, fenced), not as spawned."""
+    fence = await owned(store, "a")
+    result = await store.apply(Batch(spawns=[Spawn(record("a"))]))
+    assert result.spawned["a"].fence == fence
+    assert result.spawned["a"].lease_owner == "rt-1"
+
+
+async def test_list_actors_returns_every_actor_or_the_children_of_one_parent(
+    store: Store,
+) -> None:
+    """list_actors lists every actor by creation time, or only those of one parent_id."""
+    await store.apply(
+        Batch(
+            spawns=[
+                Spawn(record("root", created_at=NOW)),
+                Spawn(record("c2", parent_id="root", created_at=NOW + 2)),
+                Spawn(record("c1", parent_id="root", created_at=NOW + 1)),
+                Spawn(record("other", parent_id="elsewhere", created_at=NOW + 3)),
+            ]
+        )
+    )
+    assert [r.actor_id for r in await store.list_actors()] == ["root", "c1", "c2", "other"]
+    assert [r.actor_id for r in await store.list_actors(parent_id="root")] == ["c1", "c2"]
+    assert await store.list_actors(parent_id="nobody") == []
+
+
+async def test_get_actor_of_a_missing_id_is_none(store: Store) -> None:
+    """get_actor of an id never spawned is None."""
+    await spawn(store, "a")
+    assert await store.get_actor("missing") is None
+
+
+# -- messages -----------------------------------------------------------------------------------
+
+
+async def test_pending_returns_messages_in_mailbox_order(store: Store) -> None:
+    """pending lists one actor's due messages in the order they were stored, up to limit."""
+    await spawn(store, "a", "b")
+    await send(store, msg("m-c"), msg("m-a"), msg("x-1", "b"))
+    await send(store, msg("m-b", wants_reply=True, type_="Ask", payload=b"\x01\x02"))
+    got = await store.pending("a", NOW, 1000)
+    assert [m.msg_id for m in got] == ["m-c", "m-a", "m-b"]
+    assert [m.seq for m in got] == sorted(m.seq for m in got)
+    last = got[-1]
+    assert (last.actor_id, last.type, last.payload, last.deliver_at) == (
+        "a",
+        "Ask",
+        b"\x01\x02",
+        NOW,
+    )
+    assert (last.attempts, last.errors, last.wants_reply) == (0, [], True)
+    assert got[0].wants_reply is False
+    assert [m.msg_id for m in await store.pending("a", NOW, 2)] == ["m-c", "m-a"]
+    assert await pending_ids(store, "b") == ["x-1"]
+
+
+async def test_delayed_message_is_not_pending_until_due(store: Store) -> None:
+    """A message with deliver_at in the future is neither pending nor new until that time."""
+    await spawn(store, "a")
+    await send(store, msg("late", deliver_at=NOW + 10), msg("now"))
+    assert await pending_ids(store, "a", NOW) == ["now"]
+    assert [m for _, _, m in await store.new_messages(0, NOW, 100)] == ["now"]
+    # Once due, it takes its place in mailbox (storage) order, ahead of "now".
+    assert await pending_ids(store, "a", NOW + 10) == ["late", "now"]
+    assert [m for _, _, m in await store.new_messages(0, NOW + 10, 100)] == ["late", "now"]
+
+
+async def test_due_between_names_actors_with_a_delayed_message_due_in_the_window(
+    store: Store,
+) -> None:
+    """due_between(after, upto) names each actor with a message due in (after, upto], once."""
+    await spawn(store, "a", "b", "c")
+    await send(
+        store,
+        msg("a1", "a", deliver_at=NOW + 10),
+        msg("a2", "a", deliver_at=NOW + 15),
+        msg("b1", "b", deliver_at=NOW + 20),
+        msg("c1", "c", deliver_at=NOW + 30),
+    )
+    assert sorted(await store.due_between(NOW, NOW + 20)) == ["a", "b"]
+    assert await store.due_between(NOW + 10, NOW + 15) == ["a"]  # after is exclusive
+    assert await store.due_between(NOW + 20, NOW + 29) == []
+    assert await store.due_between(NOW + 29, NOW + 30) == ["c"]  # upto is inclusive
+
+
+async def test_new_messages_lists_due_messages_after_a_seq_watermark(store: Store) -> None:
+    """new_messages returns (seq, actor, msg) of due messages stored after the watermark, in order."""
+    await spawn(store, "a", "b")
+    await send(store, msg("m1", "a"), msg("m2", "b"))
+    first = await store.new_messages(0, NOW, 100)
+    assert [(a, m) for _, a, m in first] == [("a", "m1"), ("b", "m2")]
+    watermark = first[-1][0]
+    assert await store.new_messages(watermark, NOW, 100) == []
+    await send(store, msg("m3", "a"), msg("m4", "b"), msg("m5", "a", deliver_at=NOW + 5))
+    later = await store.new_messages(watermark, NOW, 100)
+    assert [(a, m) for _, a, m in later] == [("a", "m3"), ("b", "m4")]
+    assert all(seq > watermark for seq, _, _ in later)
+    assert [s for s, _, _ in later] == sorted(s for s, _, _ in later)
+    assert [m for _, _, m in await store.new_messages(0, NOW, 3)] == ["m1", "m2", "m3"]
+
+
+# -- dedup (I1) ---------------------------------------------------------------------------------
+
+
+async def test_same_dedup_key_twice_in_one_batch_stores_one_message(store: Store) -> None:
+    """Two messages with one (actor, dedup_key) in one batch: the first is stored, the second is a duplicate."""
+    await spawn(store, "a")
+    result = await send(store, msg("m1", dedup_key="k"), msg("m2", dedup_key="k"))
+    assert result.duplicates == {"m2": "m1"}
+    assert await pending_ids(store, "a") == ["m1"]
+    assert await store.find_dedup("a", "k") == "m1"
+
+
+async def test_same_dedup_key_in_a_later_batch_is_a_duplicate_of_the_original(
+    store: Store,
+) -> None:
+    """A message reusing a stored (actor, dedup_key) is not stored; duplicates names the original."""
+    await spawn(store, "a")
+    assert (await send(store, msg("m1", dedup_key="k"))).duplicates == {}
+    result = await send(store, msg("m2", dedup_key="k"), msg("m3", dedup_key="other"))
+    assert result.duplicates == {"m2": "m1"}
+    assert await pending_ids(store, "a") == ["m1", "m3"]
+
+
+async def test_dedup_key_still_dedups_after_the_original_was_acked(store: Store) -> None:
+    """After the original message was processed (acked), its key still refuses a second copy."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1", dedup_key="k"))
+    await store.apply(Batch(steps=[step("a", fence, "m1")]))
+    assert await pending_ids(store, "a") == []
+    result = await send(store, msg("m2", dedup_key="k"))
+    assert result.duplicates == {"m2": "m1"}
+    assert await pending_ids(store, "a") == []
+    assert await store.find_dedup("a", "k") == "m1"
+
+
+async def test_dedup_keys_are_scoped_per_actor(store: Store) -> None:
+    """The same dedup_key sent to two different actors stores both messages."""
+    await spawn(store, "a", "b")
+    result = await send(store, msg("m1", "a", dedup_key="k"), msg("m2", "b", dedup_key="k"))
+    assert result.duplicates == {}
+    assert await pending_ids(store, "a") == ["m1"]
+    assert await pending_ids(store, "b") == ["m2"]
+
+
+async def test_duplicate_in_a_step_outbox_is_reported_and_not_stored(store: Store) -> None:
+    """Outbox messages are deduplicated like ingress: a reused key is reported, not stored."""
+    fence = await owned(store, "a")
+    await spawn(store, "b")
+    await send(store, msg("first", "b", dedup_key="k"), msg("in"))
+    out = msg("second", "b", dedup_key="k")
+    result = await store.apply(Batch(steps=[step("a", fence, "in", outbox=[out])]))
+    assert result.duplicates == {"second": "first"}
+    assert await pending_ids(store, "b") == ["first"]
+
+
+async def test_purge_forgets_old_dedup_keys_so_the_key_can_be_used_again(store: Store) -> None:
+    """purge(before) removes keys created before the cutoff (keeping newer ones); the key then stores again."""
+    fence = await owned(store, "a")
+    await send(store, msg("old", dedup_key="k-old", created_at=NOW))
+    await send(store, msg("new", dedup_key="k-new", created_at=NOW + 100))
+    await store.apply(Batch(steps=[step("a", fence, "old"), step("a", fence, "new")]))
+    assert await store.purge(NOW + 50) == 1
+    assert await store.find_dedup("a", "k-old") is None
+    assert await store.find_dedup("a", "k-new") == "new"
+    result = await send(store, msg("again", dedup_key="k-old"), msg("dup", dedup_key="k-new"))
+    assert result.duplicates == {"dup": "new"}
+    assert await pending_ids(store, "a") == ["again"]
+    assert await store.find_dedup("a", "k-old") == "again"
+
+
+async def test_purge_removes_old_replies(store: Store) -> None:
+    """purge(before) removes replies created before the cutoff and counts them."""
+    fence = await owned(store, "a")
+    await send(
+        store,
+        msg("q-old", wants_reply=True, created_at=NOW),
+        msg("q-new", wants_reply=True, created_at=NOW + 100),
+    )
+    await store.apply(
+        Batch(steps=[step("a", fence, "q-old", reply=b"1"), step("a", fence, "q-new", reply=b"2")])
+    )
+    assert await store.purge(NOW + 50) == 1
+    assert [r.msg_id for r in await store.get_replies(["q-old", "q-new"])] == ["q-new"]
+
+
+# -- step commit (I2) ---------------------------------------------------------------------------
+
+
+async def test_step_commit_appends_events_to_the_journal(store: Store) -> None:
+    """A step's events are appended to the actor's journal; load_journal honours after_seq and limit."""
+    fence = await owned(store, "a")
+    await spawn(store, "b")
+    await send(store, msg("m1"), msg("m2"))
+    ev = [JournalRow(1, b"e1"), JournalRow(2, b"e2")]
+    await store.apply(Batch(steps=[step("a", fence, "m1", events=ev)]))
+    await store.apply(Batch(steps=[step("a", fence, "m2", events=[JournalRow(3, b"e3")])]))
+    assert await store.load_journal("a", 0, 100) == [*ev, JournalRow(3, b"e3")]
+    assert await store.load_journal("a", 1, 100) == [JournalRow(2, b"e2"), JournalRow(3, b"e3")]
+    assert await store.load_journal("a", 0, 2) == ev
+    assert await store.load_journal("a", 3, 100) == []
+    assert await store.load_journal("b", 0, 100) == []
+
+
+async def test_step_commit_stores_the_snapshot(store: Store) -> None:
+    """A step with a snapshot stores it; a later snapshot replaces it; none before the first."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"), msg("m2"))
+    assert await store.load_snapshot("a") is None
+    await store.apply(
+        Batch(
+            steps=[
+                step("a", fence, "m1", events=[JournalRow(1, b"e")], snapshot=Snapshot(1, b"s1"))
+            ]
+        )
+    )
+    assert await store.load_snapshot("a") == Snapshot(1, b"s1")
+    await store.apply(
+        Batch(
+            steps=[
+                step("a", fence, "m2", events=[JournalRow(2, b"e")], snapshot=Snapshot(2, b"s2"))
+            ]
+        )
+    )
+    assert await store.load_snapshot("a") == Snapshot(2, b"s2")
+
+
+async def test_step_commit_stores_a_reply_only_when_given(store: Store) -> None:
+    """A step with a reply stores Reply(ok=True, payload); a step without one stores none."""
+    fence = await owned(store, "a")
+    await send(store, msg("ask", wants_reply=True), msg("tell"))
+    await store.apply(
+        Batch(steps=[step("a", fence, "ask", reply=b"answer"), step("a", fence, "tell")])
+    )
+    replies = await store.get_replies(["ask", "tell", "never-sent"])
+    assert [(r.msg_id, r.ok, r.payload) for r in replies] == [("ask", True, b"answer")]
+
+
+async def test_step_commit_acks_the_message(store: Store) -> None:
+    """The processed message leaves the mailbox; the others stay, in order."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"), msg("m2"), msg("m3"))
+    await store.apply(Batch(steps=[step("a", fence, "m2")]))
+    assert await pending_ids(store, "a") == ["m1", "m3"]
+    assert [m for _, _, m in await store.new_messages(0, LATER, 100)] == ["m1", "m3"]
+
+
+async def test_step_commit_stores_the_outbox_messages(store: Store) -> None:
+    """Messages sent during a step are stored with it, due or delayed as given."""
+    fence = await owned(store, "a")
+    await spawn(store, "b")
+    await send(store, msg("in"))
+    outbox = [msg("o1", "b"), msg("o2", "b", deliver_at=NOW + 60, wants_reply=True)]
+    await store.apply(Batch(steps=[step("a", fence, "in", outbox=outbox)]))
+    assert await pending_ids(store, "b", NOW) == ["o1"]
+    got = await store.pending("b", NOW + 60, 100)
+    assert [(m.msg_id, m.deliver_at, m.wants_reply) for m in got] == [
+        ("o1", NOW, False),
+        ("o2", NOW + 60, True),
+    ]
+
+
+async def test_step_commit_claim_next_counts_an_attempt_on_that_message(store: Store) -> None:
+    """claim_next increments the attempts of the named message and of no other."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"), msg("m2"), msg("m3"))
+    await store.apply(Batch(steps=[step("a", fence, "m1", claim_next="m2")]))
+    got = {m.msg_id: m.attempts for m in await store.pending("a", NOW, 100)}
+    assert got == {"m2": 1, "m3": 0}
+
+
+async def test_claim_counts_a_delivery_attempt(store: Store) -> None:
+    """Each Claim increments the message's attempts by one."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"), msg("m2"))
+    await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
+    await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
+    got = {m.msg_id: m.attempts for m in await store.pending("a", NOW, 100)}
+    assert got == {"m1": 2, "m2": 0}
+
+
+async def test_step_commit_with_stop_reason_stops_the_actor_and_dead_letters_the_rest(
+    store: Store,
+) -> None:
+    """A step with stop_reason commits, stops the actor, and moves its remaining messages to dead letters."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"), msg("m2"), msg("m3", deliver_at=NOW + 60))
+    await store.apply(
+        Batch(steps=[step("a", fence, "m1", events=[JournalRow(1, b"e")], stop_reason="done")])
+    )
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.status, rec.stop_reason) == ("stopped", "done")
+    assert rec.fence > fence
+    assert await journal_seqs(store, "a") == [1]
+    assert await pending_ids(store, "a") == []
+    dead = await store.dead_letters("a")
+    assert sorted(d.msg_id for d in dead) == ["m2", "m3"]
+    assert all("done" in d.reason for d in dead)
+
+
+# -- leases and fencing (I8) --------------------------------------------------------------------
+
+
+async def test_lease_on_a_free_actor_gives_the_next_fence(store: Store) -> None:
+    """Acquiring a free actor's lease records the owner and expiry and returns fence N+1."""
+    await spawn(store, "a")
+    await store.register_runtime("rt-1", "host", 1, NOW)
+    assert await lease(store, "a", "rt-1") == 1
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.fence, rec.lease_owner, rec.lease_expires) == (1, "rt-1", NOW + TTL)
+    # The holder itself may take its lease again; the fence still moves on.
+    assert await lease(store, "a", "rt-1", now=NOW + 1) == 2
+
+
+async def test_lease_held_by_a_live_runtime_cannot_be_taken_before_it_expires(
+    store: Store,
+) -> None:
+    """While the holder is a registered runtime and now <= expires, another owner gets None."""
+    fence = await owned(store, "a", "rt-1")
+    await store.register_runtime("rt-2", "host", 2, NOW)
+    assert await lease(store, "a", "rt-2", now=NOW + 1) is None
+    result = await store.apply(
+        Batch(acquires=[LeaseAcquire("a", "rt-2", NOW + TTL + 100, NOW + TTL)])
+    )
+    assert result.leases == {"a": None}  # now == expires: not yet expired
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.fence, rec.lease_owner, rec.lease_expires) == (fence, "rt-1", NOW + TTL)
+
+
+async def test_expired_lease_can_be_taken_by_another_owner(store: Store) -> None:
+    """Once now > expires, another owner takes the lease with the next fence."""
+    fence = await owned(store, "a", "rt-1")
+    assert await lease(store, "a", "rt-2", now=NOW + TTL + 0.5) == fence + 1
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert rec.lease_owner == "rt-2"
+
+
+async def test_lease_of_a_removed_runtime_can_be_taken_at_once(store: Store) -> None:
+    """After remove_runtime(holder), another owner takes an unexpired lease."""
+    fence = await owned(store, "a", "rt-1")
+    await store.remove_runtime("rt-1")
+    assert [r[0] for r in await store.list_runtimes()] == []
+    assert await lease(store, "a", "rt-2", now=NOW + 1) == fence + 1
+
+
+async def test_lease_of_an_unregistered_owner_can_be_taken_at_once(store: Store) -> None:
+    """A lease whose holder is not a registered runtime counts as held by a dead runtime."""
+    await spawn(store, "a")
+    assert await lease(store, "a", "ghost") == 1
+    assert await lease(store, "a", "rt-2", now=NOW + 1) == 2
+
+
+async def test_released_lease_can_be_taken_by_another_owner(store: Store) -> None:
+    """A release with the current fence frees the lease for anyone."""
+    fence = await owned(store, "a", "rt-1")
+    await store.register_runtime("rt-2", "host", 2, NOW)
+    result = await store.apply(Batch(releases=[LeaseRelease("a", fence)]))
+    assert result.stale == set()
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.lease_owner, rec.fence) == (None, fence)
+    assert await lease(store, "a", "rt-2", now=NOW + 1) == fence + 1
+
+
+async def test_lease_of_a_stopped_or_missing_actor_is_refused(store: Store) -> None:
+    """No one gets the lease of a stopped actor or of an id never spawned."""
+    await spawn(store, "a")
+    await store.apply(Batch(stops=[StopActor("a", "bye", NOW)]))
+    result = await store.apply(
+        Batch(
+            acquires=[
+                LeaseAcquire("a", "rt-1", NOW + TTL, NOW),
+                LeaseAcquire("missing", "rt-1", NOW + TTL, NOW),
+            ]
+        )
+    )
+    assert result.leases == {"a": None, "missing": None}
+    assert await store.get_actor("missing") is None
+
+
+async def test_stale_step_commit_is_rejected_without_effect(store: Store) -> None:
+    """A step with an old fence is reported stale and changes nothing; the batch's other writes apply."""
+    old = await owned(store, "a", "rt-1")
+    new = await lease(store, "a", "rt-2", now=NOW + TTL + 1)
+    assert new == old + 1
+    fb = await owned(store, "b", "rt-1")
+    await spawn(store, "c")
+    await send(store, msg("m1", "a", dedup_key="k"), msg("mb", "b"))
+    result = await store.apply(
+        Batch(
+            messages=[msg("ingress", "c")],
+            steps=[
+                step(
+                    "a",
+                    old,
+                    "m1",
+                    events=[JournalRow(1, b"e")],
+                    outbox=[msg("out", "c")],
+                    reply=b"r",
+                    snapshot=Snapshot(1, b"s"),
+                ),
+                step("b", fb, "mb", events=[JournalRow(1, b"eb")]),
+            ],
+        )
+    )
+    assert result.stale == {"a"}
+    assert await journal_seqs(store, "a") == []
+    assert await store.load_snapshot("a") is None
+    assert await store.get_replies(["m1"]) == []
+    assert await pending_ids(store, "a") == ["m1"]
+    assert await pending_ids(store, "c") == ["ingress"]  # the stale step's outbox is not stored
+    assert await journal_seqs(store, "b") == [1]
+    assert await pending_ids(store, "b") == []
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.fence, rec.lease_owner) == (new, "rt-2")
+
+
+async def test_stale_claim_is_rejected_without_effect(store: Store) -> None:
+    """A claim with an old fence is reported stale and counts no attempt; other claims apply."""
+    old = await owned(store, "a", "rt-1")
+    await lease(store, "a", "rt-2", now=NOW + TTL + 1)
+    fb = await owned(store, "b", "rt-1")
+    await send(store, msg("ma", "a"), msg("mb", "b"))
+    result = await store.apply(Batch(claims=[Claim("a", old, "ma"), Claim("b", fb, "mb")]))
+    assert result.stale == {"a"}
+    assert [m.attempts for m in await store.pending("a", NOW, 10)] == [0]
+    assert [m.attempts for m in await store.pending("b", NOW, 10)] == [1]
+
+
+async def test_stale_attempt_failure_is_rejected_without_effect(store: Store) -> None:
+    """A failure with an old fence records no error and dead-letters nothing."""
+    old = await owned(store, "a", "rt-1")
+    await lease(store, "a", "rt-2", now=NOW + TTL + 1)
+    await send(store, msg("m1", wants_reply=True), msg("m2"))
+    result = await store.apply(
+        Batch(
+            failures=[
+                AttemptFailed("a", old, "m1", ["boom"], dead_letter_reason="poison", now=NOW),
+                AttemptFailed("a", old, "m2", ["boom"], now=NOW),
+            ]
+        )
+    )
+    assert result.stale == {"a"}
+    got = await store.pending("a", NOW, 10)
+    assert [(m.msg_id, m.errors) for m in got] == [("m1", []), ("m2", [])]
+    assert await store.dead_letters() == []
+    assert await store.get_replies(["m1"]) == []
+
+
+async def test_stale_release_is_rejected_without_effect(store: Store) -> None:
+    """A release with an old fence leaves the new owner's lease in place."""
+    old = await owned(store, "a", "rt-1")
+    new = await lease(store, "a", "rt-2", now=NOW + TTL + 1)
+    result = await store.apply(Batch(releases=[LeaseRelease("a", old)]))
+    assert result.stale == {"a"}
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.fence, rec.lease_owner, rec.lease_expires) == (new, "rt-2", NOW + 2 * TTL + 1)
+
+
+async def test_fenced_write_for_a_missing_actor_is_stale(store: Store) -> None:
+    """A fenced write naming an actor that does not exist is rejected as stale."""
+    await spawn(store, "a")
+    await send(store, msg("m1"))
+    result = await store.apply(Batch(claims=[Claim("ghost", 0, "m1")]))
+    assert result.stale == {"ghost"}
+    assert [m.attempts for m in await store.pending("a", NOW, 10)] == [0]
+
+
+async def test_renew_leases_extends_only_that_owners_leases(store: Store) -> None:
+    """renew_leases(owner, expires) moves the expiry of that owner's leases and of no other."""
+    fa = await owned(store, "a", "rt-1")
+    fb = await owned(store, "b", "rt-2")
+    await spawn(store, "free")
+    await store.renew_leases("rt-1", NOW + 500)
+    a, b, free = [await store.get_actor(x) for x in ("a", "b", "free")]
+    assert a is not None
+    assert b is not None
+    assert free is not None
+    assert (a.lease_owner, a.lease_expires, a.fence) == ("rt-1", NOW + 500, fa)
+    assert (b.lease_owner, b.lease_expires, b.fence) == ("rt-2", NOW + TTL, fb)
+    assert (free.lease_owner, free.lease_expires) == (None, 0.0)
+
+
+async def test_registered_runtimes_are_listed_until_removed(store: Store) -> None:
+    """register_runtime adds (id, host, pid, started); remove_runtime drops it and frees its leases."""
+    await store.register_runtime("rt-1", "h1", 11, NOW)
+    await store.register_runtime("rt-2", "h2", 22, NOW + 1)
+    assert sorted(await store.list_runtimes()) == [
+        ("rt-1", "h1", 11, NOW),
+        ("rt-2", "h2", 22, NOW + 1),
+    ]
+    fence = await owned(store, "a", "rt-1")
+    await store.remove_runtime("rt-1")
+    assert await store.list_runtimes() == [("rt-2", "h2", 22, NOW + 1)]
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.lease_owner, rec.fence) == (None, fence)
+
+
+async def test_orphaned_lists_actors_with_due_mail_and_no_live_owner(store: Store) -> None:
+    """orphaned names actors with due messages whose lease is free, expired or held by a dead runtime."""
+    await owned(store, "held", "rt-1")
+    await owned(store, "dead-owner", "rt-2")
+    await spawn(store, "free", "idle", "later")
+    await send(
+        store,
+        msg("h", "held"),
+        msg("d", "dead-owner"),
+        msg("f", "free"),
+        msg("l", "later", deliver_at=NOW + 60),
+    )
+    await store.remove_runtime("rt-2")
+    assert sorted(await store.orphaned(NOW, 100)) == ["dead-owner", "free"]
+    assert sorted(await store.orphaned(NOW + TTL + 1, 100)) == ["dead-owner", "free", "held"]
+    assert sorted(await store.orphaned(NOW + 60, 100)) == ["dead-owner", "free", "held", "later"]
+
+
+# -- failures and dead letters (I7) -------------------------------------------------------------
+
+
+async def test_attempt_failed_records_the_error_history_on_the_message(store: Store) -> None:
+    """A failure without a reason replaces the message's errors and keeps it pending."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"))
+    await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
+    await store.apply(Batch(failures=[AttemptFailed("a", fence, "m1", ["e1"], now=NOW)]))
+    await store.apply(Batch(failures=[AttemptFailed("a", fence, "m1", ["e1", "e2"], now=NOW)]))
+    [m] = await store.pending("a", NOW, 10)
+    assert (m.msg_id, m.errors, m.attempts) == ("m1", ["e1", "e2"], 1)
+    assert await store.dead_letters() == []
+
+
+async def test_attempt_failed_with_a_reason_moves_the_message_to_dead_letters(
+    store: Store,
+) -> None:
+    """A failure with dead_letter_reason moves the message to dead letters with errors, attempts and reason."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1", type_="Charge", payload=b"pay"), msg("m2"))
+    await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
+    await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
+    await store.apply(
+        Batch(
+            failures=[
+                AttemptFailed(
+                    "a", fence, "m1", ["e1", "e2"], dead_letter_reason="poison", now=NOW + 7
+                )
+            ]
+        )
+    )
+    assert await pending_ids(store, "a") == ["m2"]
+    [d] = await store.dead_letters()
+    assert (d.msg_id, d.actor_id, d.type, d.payload) == ("m1", "a", "Charge", b"pay")
+    assert (d.attempts, d.errors, d.reason, d.created_at) == (2, ["e1", "e2"], "poison", NOW + 7)
+    assert await store.dead_letters("a") == [d]
+    assert await store.dead_letters("other") == []
+    assert await store.get_replies(["m1"]) == []  # nobody asked: no reply
+
+
+async def test_dead_lettering_an_asked_message_answers_the_ask_with_its_error_history(
+    store: Store,
+) -> None:
+    """A dead-lettered ask gets Reply(ok=False) whose payload is the encoded error history (list[str])."""
+    fence = await owned(store, "a")
+    await send(store, msg("q", wants_reply=True))
+    await store.apply(
+        Batch(
+            failures=[
+                AttemptFailed("a", fence, "q", ["e1", "e2"], dead_letter_reason="poison", now=NOW)
+            ]
+        )
+    )
+    [reply] = await store.get_replies(["q"])
+    assert (reply.msg_id, reply.ok) == ("q", False)
+    history = msgspec.msgpack.decode(reply.payload, type=list[str])
+    # store.Reply: "else the encoded error history (list[str])"; the runtime turns it into
+    # MessageDeadLettered(errors=...), whose message reports len(errors) attempts and the last one.
+    assert history[:2] == ["e1", "e2"]
+
+
+async def test_retry_dead_letter_puts_it_back_at_the_end_of_the_mailbox(store: Store) -> None:
+    """retry_dead_letter returns the letter and re-queues the message last, with attempts 0 and no errors."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1", dedup_key="k"))
+    await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
+    await store.apply(
+        Batch(failures=[AttemptFailed("a", fence, "m1", ["e"], dead_letter_reason="x", now=NOW)])
+    )
+    await send(store, msg("m2"), msg("m3"))
+    letter = await store.retry_dead_letter("m1", NOW + 10)
+    assert letter is not None
+    assert (letter.msg_id, letter.attempts, letter.errors, letter.reason) == ("m1", 1, ["e"], "x")
+    assert await store.dead_letters() == []
+    got = await store.pending("a", NOW + 10, 10)
+    assert [m.msg_id for m in got] == ["m2", "m3", "m1"]
+    assert [m.seq for m in got] == sorted(m.seq for m in got)
+    assert (got[-1].attempts, got[-1].errors, got[-1].payload) == (0, [], b"m1")
+    assert got[-1].seq in [s for s, _, m in await store.new_messages(got[1].seq, NOW + 10, 10)]
+
+
+async def test_discard_dead_letter_removes_it(store: Store) -> None:
+    """discard_dead_letter deletes the letter for good and returns True."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"))
+    await store.apply(
+        Batch(failures=[AttemptFailed("a", fence, "m1", ["e"], dead_letter_reason="x", now=NOW)])
+    )
+    assert await store.discard_dead_letter("m1") is True
+    assert await store.dead_letters() == []
+    assert await pending_ids(store, "a") == []
+    assert await store.discard_dead_letter("m1") is False
+
+
+async def test_unknown_dead_letter_ids_return_none_or_false(store: Store) -> None:
+    """retry of an unknown id returns None and discard returns False; nothing is stored."""
+    await spawn(store, "a")
+    await send(store, msg("live"))
+    assert await store.retry_dead_letter("nope", NOW) is None
+    assert await store.retry_dead_letter("live", NOW) is None  # pending, not dead
+    assert await store.discard_dead_letter("nope") is False
+    assert await pending_ids(store, "a") == ["live"]
+
+
+# -- StopActor ----------------------------------------------------------------------------------
+
+
+async def test_stop_actor_marks_it_stopped_and_dead_letters_its_pending_messages(
+    store: Store,
+) -> None:
+    """StopActor sets status and stop_reason, bumps the fence, frees the lease, dead-letters the mailbox."""
+    fence = await owned(store, "a")
+    await spawn(store, "b")
+    await send(
+        store,
+        msg("m1"),
+        msg("q", wants_reply=True),
+        msg("later", deliver_at=NOW + 60),
+        msg("other", "b"),
+    )
+    await store.apply(Batch(stops=[StopActor("a", "retired", NOW + 3)]))
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.status, rec.stop_reason, rec.lease_owner) == ("stopped", "retired", None)
+    assert rec.fence == fence + 1
+    assert await pending_ids(store, "a") == []
+    assert await pending_ids(store, "b") == ["other"]
+    dead = {d.msg_id: d for d in await store.dead_letters("a")}
+    assert sorted(dead) == ["later", "m1", "q"]
+    assert all("retired" in d.reason and d.created_at == NOW + 3 for d in dead.values())
+    [reply] = await store.get_replies(["q", "m1"])
+    assert (reply.msg_id, reply.ok) == ("q", False)
+    # The old owner's fence no longer commits.
+    result = await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
+    assert result.stale == {"a"}
+
+
+# -- atomicity (I2) -----------------------------------------------------------------------------
+
+
+async def _failing_batch(store: Store) -> tuple[int, Batch]:
+    """A store with actor "a" holding journal seq 1, and a batch whose step re-uses seq 1."""
+    fence = await owned(store, "a")
+    await spawn(store, "b")
+    await send(store, msg("m0"), msg("m1"), msg("m2"))
+    await store.apply(Batch(steps=[step("a", fence, "m0", events=[JournalRow(1, b"e1")])]))
+    batch = Batch(
+        spawns=[Spawn(record("new-actor"))],
+        acquires=[LeaseAcquire("b", "rt-1", NOW + TTL, NOW)],
+        messages=[msg("ingress", "b", dedup_key="k")],
+        claims=[Claim("a", fence, "m2")],
+        steps=[
+            step(
+                "a",
+                fence,
+                "m1",
+                events=[JournalRow(1, b"again")],  # already in the journal
+                outbox=[msg("out", "b")],
+                reply=b"r",
+                snapshot=Snapshot(1, b"s"),
+            )
+        ],
+        stops=[StopActor("b", "x", NOW)],
+    )
+    return fence, batch
+
+
+async def test_failing_batch_leaves_nothing_of_itself_behind(store: Store) -> None:
+    """A batch that fails (a journal seq that exists) applies none of its writes."""
+    fence, batch = await _failing_batch(store)
+    with pytest.raises(Exception):  # noqa: B017, PT011 -- the type is the next test's business
+        await store.apply(batch)
+    assert await store.get_actor("new-actor") is None
+    b = await store.get_actor("b")
+    assert b is not None
+    assert (b.status, b.fence, b.lease_owner) == ("active", 0, None)
+    assert await pending_ids(store, "b") == []
+    assert await store.find_dedup("b", "k") is None
+    assert await store.load_journal("a", 0, 100) == [JournalRow(1, b"e1")]
+    assert await store.load_snapshot("a") is None
+    assert await store.get_replies(["m1"]) == []
+    got = await store.pending("a", NOW, 10)
+    assert [(m.msg_id, m.attempts) for m in got] == [("m1", 0), ("m2", 0)]
+    assert await store.dead_letters() == []
+    # The store still works afterwards.
+    await store.apply(Batch(steps=[step("a", fence, "m1", events=[JournalRow(2, b"e2")])]))
+    assert await journal_seqs(store, "a") == [1, 2]
+
+
+async def test_failing_batch_raises_a_store_error(store: Store) -> None:
+    """A batch the store cannot apply raises StoreError (tether's error tree), not a driver error."""
+    _, batch = await _failing_batch(store)
+    with pytest.raises(StoreError):
+        await store.apply(batch)
+
+
+async def test_closed_store_refuses_reads_and_writes(store: Store) -> None:
+    """After close, reads and apply raise StoreError."""
+    await spawn(store, "a")
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.get_actor("a")
+    with pytest.raises(StoreError):
+        await store.apply(Batch(messages=[msg("m1")]))

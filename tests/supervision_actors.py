@@ -1,0 +1,192 @@
+"""Actors for the supervision tests. Module level, so recovery can import them."""
+
+from __future__ import annotations
+
+import anyio
+
+import tether
+from tether import ChildSpec, OneForAll, OneForOne, RestForOne
+
+# What happened, in order, across all instances: ("start", id), ("stop", id), ...
+events: list[tuple[str, str]] = []
+
+
+class Work(tether.Message):
+    n: int = 0
+
+
+class Crash(tether.Message):
+    """Raises (RuntimeError, or ValueCrash for kind="value") on its first ``times`` deliveries."""
+
+    kind: str = "runtime"
+    key: str = "crash"
+    times: int = 1
+
+
+# deliveries that crashed, per (actor id, Crash.key), in this process
+crashes: dict[tuple[str, str], int] = {}
+
+
+class Exit(tether.Message):
+    reason: str = "normal"
+
+
+class Count(tether.Message):
+    pass
+
+
+class Hang(tether.Message):
+    pass
+
+
+class Did(tether.Event):
+    n: int
+
+
+class ValueCrash(Exception):
+    pass
+
+
+class Worker(tether.Actor[int]):
+    """Counts Work; Crash raises; Exit stops it normally; Hang ignores cancellation briefly."""
+
+    initial_state = 0
+
+    async def on_start(self) -> None:
+        events.append(("start", self.id))
+
+    async def on_stop(self) -> None:
+        events.append(("stop", self.id))
+
+    def apply(self, state: int, event: Did) -> int:
+        return state + 1
+
+    async def handle(self, msg: Work | Crash | Exit | Count | Hang) -> int | None:
+        match msg:
+            case Work():
+                self.persist(Did(n=msg.n))
+            case Crash(kind=kind, key=key, times=times):
+                done = crashes.get((self.id, key), 0)
+                if done < times:
+                    crashes[(self.id, key)] = done + 1
+                    raise ValueCrash("bad value") if kind == "value" else RuntimeError("crash")
+            case Exit(reason=r):
+                self.stop(r)
+            case Count():
+                return self.state
+            case Hang():
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(2)
+        return None
+
+
+class BadStart(tether.Actor[int]):
+    """Fails in on_start."""
+
+    initial_state = 0
+
+    async def on_start(self) -> None:
+        events.append(("start", self.id))
+        raise RuntimeError("cannot start")
+
+    async def handle(self, msg: Count) -> int:
+        return self.state
+
+
+class Watcher(tether.Actor[list[str]]):
+    initial_state: list[str] = []  # noqa: RUF012
+
+    def apply(self, state: list[str], event: Seen) -> list[str]:
+        return [*state, f"{event.actor_id}:{event.reason}"]
+
+    async def handle(self, msg: WatchIt | tether.Terminated | Seen_q) -> list[str] | None:
+        match msg:
+            case WatchIt(target=t):
+                await self.watch(t)
+            case tether.Terminated(actor_id=a, reason=r):
+                self.persist(Seen(actor_id=a, reason=r))
+            case Seen_q():
+                return self.state
+        return None
+
+
+class WatchIt(tether.Message):
+    target: str
+
+
+class Seen_q(tether.Message):  # noqa: N801
+    pass
+
+
+class Seen(tether.Event):
+    actor_id: str
+    reason: str
+
+
+def three(restart: str = "permanent") -> list[ChildSpec]:
+    return [ChildSpec(Worker, f"w{i}", restart=restart) for i in (1, 2, 3)]  # type: ignore[arg-type]
+
+
+class OneForOneSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = three()
+
+
+class OneForAllSup(tether.Supervisor):
+    strategy = OneForAll(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, f"a{i}") for i in (1, 2, 3)]
+
+
+class RestForOneSup(tether.Supervisor):
+    strategy = RestForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, f"r{i}") for i in (1, 2, 3)]
+
+
+class MixedSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=10, within=60)
+    children = [
+        ChildSpec(Worker, "perm", restart="permanent"),
+        ChildSpec(Worker, "trans", restart="transient"),
+        ChildSpec(Worker, "temp", restart="temporary"),
+    ]
+
+
+class DeciderSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=10, within=60)
+    decider = {ValueCrash: "resume", RuntimeError: "restart"}  # noqa: RUF012
+    children = [ChildSpec(Worker, "d1"), ChildSpec(Worker, "d2", decider={RuntimeError: "stop"})]
+
+
+class Inner(tether.Supervisor):
+    strategy = OneForOne(max_restarts=1, within=60)
+    children = [ChildSpec(Worker, "leaf")]
+
+
+class Outer(tether.Supervisor):
+    strategy = OneForOne(max_restarts=1, within=60)
+    children = [ChildSpec(Inner, "inner", shutdown="infinity"), ChildSpec(Worker, "sibling")]
+
+
+class BackoffSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=100, within=60, backoff=tether.Backoff(initial=10, max=40, reset_after=300))
+    children = [ChildSpec(Worker, "b1")]
+
+
+class ShutdownSup(tether.Supervisor):
+    strategy = OneForAll(max_restarts=5, within=60)
+    children = [ChildSpec(Worker, "hanger", shutdown=0.2), ChildSpec(Worker, "crasher")]
+
+
+class BadStartSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=2, within=60)
+    children = [ChildSpec(BadStart, "bad")]
+
+
+class Sessions(tether.Supervisor):
+    strategy = OneForOne(max_restarts=1000, within=60)
+
+
+class TightSessions(tether.Supervisor):
+    """Dynamic children under a tight restart window (the SIGKILL test exceeds it on purpose)."""
+
+    strategy = OneForOne(max_restarts=4, within=120)

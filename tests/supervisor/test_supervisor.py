@@ -1,0 +1,300 @@
+"""OTP supervisor behaviours, ported: strategies, restart types, intensity, shutdown, backoff."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+import tether
+from tests import supervision_actors as a
+from tether.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+
+def runtime(path: str | Path = ":memory:", **kw: object) -> tether.Runtime:
+    opts: dict[str, object] = {"poll_interval": 0.02, "lease_ttl": 2.0, "max_attempts": 20}
+    opts.update(kw)
+    return tether.Runtime(path, **opts)  # type: ignore[arg-type]
+
+
+async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not check():
+            await anyio.sleep(0.01)
+
+
+def since(mark: int) -> list[tuple[str, str]]:
+    return a.events[mark:]
+
+
+async def node(rt: tether.Runtime, actor_id: str) -> tether.TreeNode:
+    for root in await rt.tree():
+        hit = root.find(actor_id)
+        if hit is not None:
+            return hit
+    raise AssertionError(f"{actor_id} not in tree")
+
+
+@pytest.fixture(autouse=True)
+def _clear_events() -> None:
+    a.events.clear()
+    a.crashes.clear()
+
+
+async def test_children_start_in_order_when_the_supervisor_is_spawned() -> None:
+    """start order = the order of ``children``."""
+    async with runtime() as rt:
+        await rt.spawn(a.OneForOneSup, "sup")
+        assert a.events == [("start", "w1"), ("start", "w2"), ("start", "w3")]
+
+
+async def test_one_for_one_restarts_only_the_failed_child_with_its_state_refolded() -> None:
+    """The new instance's state is the fold of the committed journal (I3)."""
+    async with runtime() as rt:
+        await rt.spawn(a.OneForOneSup, "sup")
+        w2 = rt.ref("w2")
+        await w2.tell(a.Work())
+        await w2.tell(a.Work())
+        mark = len(a.events)
+        await w2.tell(a.Crash())
+        await until(lambda: ("start", "w2") in since(mark))
+        assert await w2.ask(a.Count(), timeout=5) == 2
+        assert since(mark) == [("stop", "w2"), ("start", "w2")]
+        assert (await node(rt, "w2")).restart_count == 1
+
+
+async def test_one_for_all_stops_all_in_reverse_and_restarts_all_in_start_order() -> None:
+    """OTP one_for_all."""
+    async with runtime() as rt:
+        await rt.spawn(a.OneForAllSup, "sup")
+        mark = len(a.events)
+        await rt.ref("a2").tell(a.Crash())
+        await until(lambda: len(since(mark)) == 6)
+        assert since(mark) == [
+            ("stop", "a3"), ("stop", "a2"), ("stop", "a1"),
+            ("start", "a1"), ("start", "a2"), ("start", "a3"),
+        ]  # fmt: skip
+
+
+async def test_rest_for_one_restarts_the_failed_child_and_those_started_after_it() -> None:
+    """OTP rest_for_one."""
+    async with runtime() as rt:
+        await rt.spawn(a.RestForOneSup, "sup")
+        mark = len(a.events)
+        await rt.ref("r2").tell(a.Crash())
+        await until(lambda: len(since(mark)) == 4)
+        assert since(mark) == [("stop", "r3"), ("stop", "r2"), ("start", "r2"), ("start", "r3")]
+
+
+async def test_exceeding_restart_intensity_stops_children_in_reverse_order_and_fails_upwards() -> None:
+    """More than max_restarts within the window: the supervisor fails; at the root its subtree is
+    stopped and recorded as failed, and the runtime keeps serving everything else."""
+    async with runtime() as rt:
+        await rt.spawn(a.OneForOneSup, "sup")
+        other = await rt.spawn(a.Worker, "independent")
+        mark = len(a.events)
+        await rt.ref("w1").tell(a.Crash(times=100))  # redelivered: it crashes on every restart
+        await until(lambda: ("stop", "w2") in since(mark))
+        await until(lambda: "sup" not in rt.cells)
+        stops = [e for e in since(mark) if e[0] == "stop"]
+        assert stops[-2:] == [("stop", "w3"), ("stop", "w2")]  # reverse start order
+        sup = await node(rt, "sup")
+        assert sup.status == "failed"
+        assert [c.status for c in sup.children] == ["failed", "failed", "failed"]
+        await other.tell(a.Work())
+        assert await other.ask(a.Count(), timeout=5) == 1
+        with pytest.raises(tether.ActorStopped):
+            await rt.ref("w2").tell(a.Work())
+
+
+async def test_restart_intensity_multiplies_across_two_levels() -> None:
+    """Inner allows 1 restart, Outer allows 1 restart of Inner: the leaf fails 2 x 2 times."""
+    async with runtime() as rt:
+        await rt.spawn(a.Outer, "outer")
+        await rt.ref("leaf").tell(a.Crash(times=100))
+        await until(lambda: "outer" not in rt.cells)
+        leaf_starts = [e for e in a.events if e == ("start", "leaf")]
+        assert len(leaf_starts) == 4  # first start + 1 restart, twice (Inner restarted once)
+        outer = await node(rt, "outer")
+        assert outer.status == "failed"
+        assert outer.find("inner") is not None
+        assert outer.find("leaf").status == "failed"  # type: ignore[union-attr]
+
+
+async def test_a_transient_child_that_exits_normally_is_not_restarted() -> None:
+    """transient: restarted only after a failure."""
+    async with runtime() as rt:
+        await rt.spawn(a.MixedSup, "sup")
+        mark = len(a.events)
+        await rt.ref("trans").ask(a.Exit(reason="done"), timeout=5)
+        await until(lambda: ("stop", "trans") in since(mark))
+        await anyio.sleep(0.1)
+        assert ("start", "trans") not in since(mark)
+        assert (await node(rt, "trans")).status == "stopped"
+        mark = len(a.events)
+        await rt.ref("perm").tell(a.Crash())  # while a failure of a transient one would restart
+        await until(lambda: ("start", "perm") in since(mark))
+
+
+async def test_a_permanent_child_that_exits_normally_is_restarted() -> None:
+    """permanent: always restarted, even after a normal exit."""
+    async with runtime() as rt:
+        await rt.spawn(a.MixedSup, "sup")
+        mark = len(a.events)
+        await rt.ref("perm").ask(a.Exit(reason="done"), timeout=5)
+        await until(lambda: ("start", "perm") in since(mark))
+        await until(lambda: rt.cells.get("perm") is not None)
+        assert await rt.ref("perm").ask(a.Count(), timeout=5) == 0
+
+
+async def test_a_temporary_child_is_never_restarted() -> None:
+    """temporary: a failure stops it for good; its messages go to dead letters."""
+    async with runtime() as rt:
+        await rt.spawn(a.MixedSup, "sup")
+        mark = len(a.events)
+        await rt.ref("temp").tell(a.Crash())
+        await until(lambda: ("stop", "temp") in since(mark))
+        await anyio.sleep(0.1)
+        assert ("start", "temp") not in since(mark)
+        assert (await node(rt, "temp")).status == "stopped"
+        [letter] = await rt.dead_letters.list()
+        assert letter.type == "Crash"
+
+
+async def test_a_decider_maps_exception_types_to_directives_per_supervisor_and_per_child() -> None:
+    """resume keeps the instance; restart replaces it; a child's own decider wins."""
+    async with runtime() as rt:
+        await rt.spawn(a.DeciderSup, "sup")
+        d1 = rt.ref("d1")
+        await d1.tell(a.Work())
+        mark = len(a.events)
+        await d1.tell(a.Crash(kind="value", key="v"))  # ValueCrash -> resume: no stop, no start
+        assert await d1.ask(a.Count(), timeout=5) == 1
+        assert since(mark) == []
+        await d1.tell(a.Crash(kind="runtime", key="r"))  # RuntimeError -> restart
+        await until(lambda: ("start", "d1") in since(mark))
+        mark = len(a.events)
+        await rt.ref("d2").tell(a.Crash(kind="runtime"))  # per-child decider: RuntimeError -> stop
+        await until(lambda: ("stop", "d2") in since(mark))
+        await until(lambda: "d2" not in rt.cells)
+        assert (await node(rt, "d2")).status == "stopped"
+
+
+async def test_a_child_that_ignores_cancellation_is_abandoned_after_its_shutdown_timeout() -> None:
+    """shutdown=0.2: cancelled after 0.2 s, abandoned when it shields itself; the restart goes on."""
+    async with runtime() as rt:
+        await rt.spawn(a.ShutdownSup, "sup")
+        hanger = rt.ref("hanger")
+        await hanger.tell(a.Hang())
+        await until(lambda: rt.cells["hanger"].current is not None)
+        mark = len(a.events)
+        await rt.ref("crasher").tell(a.Crash())
+        await until(lambda: ("start", "crasher") in since(mark), timeout=10)
+        assert ("start", "hanger") in since(mark)
+        assert ("stop", "hanger") not in since(mark)  # it never got to stop: it was abandoned
+        await until(lambda: rt.cells.get("hanger") is not None)
+        assert rt.cells["hanger"].current is None or rt.cells["hanger"].current.type == "Hang"
+
+
+async def test_a_crash_while_restarting_counts_toward_intensity() -> None:
+    """A child failing in on_start is restarted until the window is exceeded."""
+    async with runtime() as rt:
+        await rt.spawn(a.BadStartSup, "sup")
+        await until(lambda: "sup" not in rt.cells)
+        assert a.events.count(("start", "bad")) == 3  # the start and 2 restarts (max_restarts=2)
+        assert (await node(rt, "sup")).status == "failed"
+
+
+async def test_backoff_is_driven_by_the_injected_clock_and_messages_wait_meanwhile() -> None:
+    """While a child backs off, its messages wait in the mailbox; none is dropped."""
+    clock = FakeClock()
+    async with runtime(clock=clock) as rt:
+        await rt.spawn(a.BackoffSup, "sup")
+        b1 = rt.ref("b1")
+        await b1.tell(a.Work())
+        await b1.tell(a.Crash(times=2))
+        await until(lambda: clock.sleepers == 1)
+        assert (await node(rt, "b1")).status == "backing off"
+        for _ in range(3):
+            await b1.tell(a.Work())
+        await anyio.sleep(0.05)
+        assert ("start", "b1") not in a.events[1:]
+        clock.advance(10)  # the first delay is at most initial=10
+        await until(lambda: a.events.count(("start", "b1")) == 2)
+        # The redelivered Crash fails again: the second delay is at most 20.
+        await until(lambda: clock.sleepers == 1)
+        clock.advance(20)
+        await until(lambda: a.events.count(("start", "b1")) == 3)
+        assert (await node(rt, "b1")).restart_count == 2
+
+
+async def test_dynamic_children_are_added_and_removed_at_run_time(tmp_path: Path) -> None:
+    """Like OTP's simple_one_for_one: sessions come and go under one supervisor."""
+    async with runtime(tmp_path / "t.db") as rt:
+        await rt.spawn(a.Sessions, "sessions")
+        s1 = await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s1"))
+        await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s2"))
+        await s1.tell(a.Work())
+        assert await s1.ask(a.Count(), timeout=5) == 1
+        tree = await node(rt, "sessions")
+        assert [c.id for c in tree.children] == ["s1", "s2"]
+        assert await rt.remove_child("sessions", "s1") is True
+        assert await rt.remove_child("sessions", "nope") is False
+        with pytest.raises(tether.ActorStopped):
+            await s1.tell(a.Work())
+    async with runtime(tmp_path / "t.db") as rt:
+        await rt.spawn(a.Sessions, "sessions")
+        assert rt.cells.get("s2") is not None  # the dynamic child came back with its supervisor
+        assert "s1" not in rt.cells
+
+
+async def test_death_watch_delivers_terminated_with_the_reason(tmp_path: Path) -> None:
+    """A watcher is told when the watched actor stops, also if it had stopped already."""
+    async with runtime(tmp_path / "w.db") as rt:
+        watcher = await rt.spawn(a.Watcher, "watcher")
+        target = await rt.spawn(a.Worker, "target")
+        gone = await rt.spawn(a.Worker, "gone")
+        await gone.stop("earlier")
+        await watcher.ask(a.WatchIt(target="target"), timeout=5)
+        await watcher.ask(a.WatchIt(target="gone"), timeout=5)
+        await target.stop("finished")
+        await until(lambda: len(rt.cells["watcher"].state) == 2)
+        assert sorted(await watcher.ask(a.Seen_q(), timeout=5)) == ["gone:earlier", "target:finished"]
+
+
+async def test_watching_requires_accepting_terminated() -> None:
+    """A clear error instead of notices that could never be delivered."""
+    async with runtime() as rt:
+        await rt.spawn(a.Worker, "w")
+        await rt.spawn(a.Worker, "x")
+        with pytest.raises(tether.ConfigError, match="Terminated"):
+            await rt.watch("w", "x")
+
+
+def test_bad_supervision_settings_are_refused() -> None:
+    """Strategies, child specs and backoff validate their arguments."""
+    with pytest.raises(tether.ConfigError, match="max_restarts"):
+        tether.OneForOne(max_restarts=-1)
+    with pytest.raises(tether.ConfigError, match="within"):
+        tether.OneForAll(within=0)
+    with pytest.raises(tether.ConfigError, match="restart"):
+        tether.ChildSpec(a.Worker, "x", restart="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(tether.ConfigError, match="shutdown"):
+        tether.ChildSpec(a.Worker, "x", shutdown=-1)
+    with pytest.raises(tether.ConfigError, match="Backoff"):
+        tether.Backoff(initial=5, max=1)
+
+
+def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
+    """delay(n) is uniform in [0, min(max, initial * multiplier**n)]."""
+    import random
+
+    b = tether.Backoff(initial=0.1, max=1.0, multiplier=2.0, rng=random.Random(7))
+    assert [b.cap(n) for n in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    for n in range(6):
+        for _ in range(50):
+            assert 0.0 <= b.delay(n) <= b.cap(n)

@@ -1,0 +1,41 @@
+"""``rt.tree()``: the live supervision tree, for people and for tests."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class TreeNode(msgspec.Struct, frozen=True):
+    """One actor in the tree.
+
+    ``status`` is ``running`` (active here, passivated, or owned by another runtime),
+    ``restarting``, ``backing off``, ``stopped`` or ``failed``; ``active`` says whether its
+    instance is in this process's memory right now.
+    """
+
+    id: str
+    actor_class: str
+    status: str
+    active: bool
+    restart_count: int
+    last_failure: str | None
+    children: list[TreeNode]
+
+    def find(self, actor_id: str) -> TreeNode | None:
+        """The node for ``actor_id`` in this subtree, if any."""
+        if self.id == actor_id:
+            return self
+        for child in self.children:
+            hit = child.find(actor_id)
+            if hit is not None:
+                return hit
+        return None
+
+    def render(self, indent: str = "") -> str:
+        """An indented text view, one line per actor."""
+        extra = f", {self.restart_count} restart(s)" if self.restart_count else ""
+        last = f", last failure: {self.last_failure}" if self.last_failure else ""
+        line = (
+            f"{indent}{self.id} ({self.actor_class.rsplit(':', 1)[-1]}) {self.status}{extra}{last}"
+        )
+        return "\n".join([line, *(c.render(indent + "  ") for c in self.children)])

@@ -1,0 +1,186 @@
+"""What a supervisor is configured with: strategies, child specs, backoff and deciders.
+
+The semantics copy Erlang/OTP's supervisor (see ``docs/supervision.md``):
+
+* ``OneForOne``: only the failed child is restarted;
+* ``OneForAll``: every child is stopped in reverse start order, then all restart in start order;
+* ``RestForOne``: the failed child and the children started after it, likewise.
+
+Restart intensity: one sliding window of restart times per supervisor, shared by all its
+children. A restart that would make more than ``max_restarts`` within ``within`` seconds makes
+the supervisor stop all its children (reverse start order) and fail, escalating to its parent.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeAlias
+
+from tether.errors import ConfigError
+
+RestartType: TypeAlias = Literal["permanent", "transient", "temporary"]
+Shutdown: TypeAlias = float | Literal["brutal", "infinity"]
+Directive: TypeAlias = Literal["resume", "restart", "stop", "escalate"]
+Decider: TypeAlias = Callable[[BaseException], Directive] | Mapping[type[BaseException], Directive]
+
+_DIRECTIVES = ("resume", "restart", "stop", "escalate")
+
+
+class Backoff:
+    """Delay before a restart: exponential with full jitter, capped, reset after a quiet period.
+
+    The n-th consecutive restart of a child waits ``uniform(0, min(max, initial * multiplier**n))``
+    seconds (n from 0). A child that ran ``reset_after`` seconds without failing starts again at
+    n = 0. While a child backs off, its messages wait in its durable mailbox.
+    """
+
+    __slots__ = ("initial", "max", "multiplier", "reset_after", "rng")
+
+    def __init__(
+        self,
+        initial: float = 0.1,
+        max: float = 30.0,  # noqa: A002 - the natural name in this API
+        multiplier: float = 2.0,
+        reset_after: float = 60.0,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not (initial >= 0 and max >= initial and multiplier >= 1 and reset_after >= 0):
+            raise ConfigError(
+                "Backoff needs 0 <= initial <= max, multiplier >= 1 and reset_after >= 0, got "
+                f"initial={initial!r} max={max!r} multiplier={multiplier!r} reset_after={reset_after!r}"
+            )
+        self.initial = initial
+        self.max = max
+        self.multiplier = multiplier
+        self.reset_after = reset_after
+        self.rng = rng or random.Random()
+
+    def cap(self, n: int) -> float:
+        """The upper bound of the n-th consecutive delay (n from 0)."""
+        return float(min(self.max, self.initial * self.multiplier**n))
+
+    def delay(self, n: int) -> float:
+        """The n-th consecutive delay, with full jitter."""
+        return self.rng.uniform(0.0, self.cap(n))
+
+    def __repr__(self) -> str:
+        return (
+            f"Backoff(initial={self.initial}, max={self.max}, multiplier={self.multiplier}, "
+            f"reset_after={self.reset_after})"
+        )
+
+
+class Strategy:
+    """Base of the three restart strategies."""
+
+    name: str = ""
+
+    def __init__(
+        self, max_restarts: int = 3, within: float = 5.0, backoff: Backoff | None = None
+    ) -> None:
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+            raise ConfigError(f"max_restarts must be an integer >= 0, not {max_restarts!r}")
+        if not isinstance(within, int | float) or within <= 0:
+            raise ConfigError(f"within must be a positive number of seconds, not {within!r}")
+        self.max_restarts = max_restarts
+        self.within = float(within)
+        self.backoff = backoff
+
+    def affected(self, order: list[str], failed: str) -> list[str]:
+        """The children (in start order) that restart when ``failed`` fails."""
+        raise NotImplementedError  # pragma: no cover - every strategy below overrides it
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_restarts={self.max_restarts}, within={self.within}, backoff={self.backoff!r})"
+
+
+class OneForOne(Strategy):
+    """Restart only the child that failed."""
+
+    name = "one_for_one"
+
+    def affected(self, order: list[str], failed: str) -> list[str]:
+        return [failed]
+
+
+class OneForAll(Strategy):
+    """Stop every child (reverse start order) and restart them all (start order)."""
+
+    name = "one_for_all"
+
+    def affected(self, order: list[str], failed: str) -> list[str]:
+        return list(order)
+
+
+class RestForOne(Strategy):
+    """Restart the failed child and every child started after it."""
+
+    name = "rest_for_one"
+
+    def affected(self, order: list[str], failed: str) -> list[str]:
+        return order[order.index(failed) :] if failed in order else [failed]
+
+
+class ChildSpec:
+    """How a supervisor starts, restarts and stops one child.
+
+    Args:
+        actor_class: the child's actor class (module level, so recovery can import it).
+        child_id: the child's actor id, unique in the store.
+        restart: ``permanent`` (always restarted, even after a normal stop), ``transient``
+            (restarted only after a failure) or ``temporary`` (never restarted).
+        shutdown: seconds a stopping child may take to finish its message before it is
+            cancelled, ``"brutal"`` (cancel at once) or ``"infinity"`` (wait; for supervisors).
+        decider: maps the child's exceptions to directives; overrides the supervisor's.
+        **init: the child's constructor arguments (stored; must be msgspec-encodable).
+    """
+
+    __slots__ = ("actor_class", "child_id", "decider", "init", "restart", "shutdown")
+
+    def __init__(
+        self,
+        actor_class: type[Any],
+        child_id: str,
+        *,
+        restart: RestartType = "permanent",
+        shutdown: Shutdown = 5.0,
+        decider: Decider | None = None,
+        **init: Any,
+    ) -> None:
+        if restart not in ("permanent", "transient", "temporary"):
+            raise ConfigError(
+                f"child {child_id!r}: restart must be permanent, transient or temporary, not {restart!r}"
+            )
+        if not (
+            shutdown in ("brutal", "infinity")
+            or (isinstance(shutdown, int | float) and shutdown >= 0)
+        ):
+            raise ConfigError(
+                f"child {child_id!r}: shutdown must be seconds >= 0, 'brutal' or 'infinity', not {shutdown!r}"
+            )
+        self.actor_class = actor_class
+        self.child_id = child_id
+        self.restart: RestartType = restart
+        self.shutdown: Shutdown = shutdown
+        self.decider = decider
+        self.init = init
+
+    def __repr__(self) -> str:
+        return f"ChildSpec({self.actor_class.__qualname__}, {self.child_id!r}, restart={self.restart!r})"
+
+
+def decide(decider: Decider | None, exc: BaseException) -> Directive:
+    """The directive for ``exc``: the most specific mapped type wins; unmapped means restart."""
+    if decider is None:
+        return "restart"
+    if callable(decider) and not isinstance(decider, Mapping):
+        directive = decider(exc)
+    else:
+        directive = next((decider[t] for t in type(exc).__mro__ if t in decider), "restart")
+    if directive not in _DIRECTIVES:
+        raise ConfigError(
+            f"a decider returned {directive!r}; expected one of {', '.join(_DIRECTIVES)}"
+        )
+    return directive
