@@ -224,7 +224,7 @@ class Cell:
         decision = await self.runtime.supervision.report(self, exc, starting=True)
         if decision.kind == "stop":
             await self._commit(self.runtime.stop_record(self._actor_id, decision.reason))
-            self.runtime.actor_stopped_itself(self, decision.reason)
+            self.runtime.forget_status(self._actor_id, "stopped")
         elif decision.kind in ("restart", "resume"):
             self.runtime.supervision.restart_later(
                 self.parent_id, [], 0.0, retry=(self._actor_id, decision.delay)
@@ -535,7 +535,7 @@ class Cell:
             case "stop":
                 await self._commit(self.runtime.stop_record(self._actor_id, decision.reason))
                 sup.held.pop(self._actor_id, None)
-                self.runtime.actor_stopped_itself(self, decision.reason)
+                self.runtime.forget_status(self._actor_id, "stopped")  # its supervisor's decision
                 raise Exit(decision.reason)
             case "stopped":
                 raise Exit(decision.reason)  # already stopped for good by supervision
