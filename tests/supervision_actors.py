@@ -168,7 +168,9 @@ class Outer(tether.Supervisor):
 
 
 class BackoffSup(tether.Supervisor):
-    strategy = OneForOne(max_restarts=100, within=60, backoff=tether.Backoff(initial=10, max=40, reset_after=300))
+    strategy = OneForOne(
+        max_restarts=100, within=60, backoff=tether.Backoff(initial=10, max=40, reset_after=300)
+    )
     children = [ChildSpec(Worker, "b1")]
 
 

@@ -77,7 +77,9 @@ class Child:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.describe()}")
+                raise AssertionError(
+                    f"timed out after {timeout}s waiting for {what}\n{self.describe()}"
+                )
             if not self.alive() and not predicate():
                 raise AssertionError(f"child exited while waiting for {what}\n{self.describe()}")
             time.sleep(0.01)
@@ -90,7 +92,9 @@ class Child:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"child did not exit within {timeout}s\n{self.describe()}") from None
+            raise AssertionError(
+                f"child did not exit within {timeout}s\n{self.describe()}"
+            ) from None
 
     def signal(self, sig: signal.Signals) -> bool:
         """Send ``sig``; False if the child had already exited."""

@@ -24,24 +24,20 @@ SECOND_RANGE = (30, 89)  # overlaps the first: both processes send messages 30..
 TOTAL = 90
 
 
-async def _owner_pid(db: Path, actor_id: str) -> int | None:
-    """The pid of the runtime holding ``actor_id``'s lease now, read through the Store API."""
-    store = tether.SqliteStore(db)
-    await store.open()
-    try:
-        rec = await store.get_actor(actor_id)
-        pids = {rid: pid for rid, _host, pid, _started in await store.list_runtimes()}
-    finally:
-        await store.close()
+async def _owner_pid(store: tether.Store, actor_id: str) -> int | None:
+    """The pid of the runtime holding ``actor_id``'s lease now, if any."""
+    rec = await store.get_actor(actor_id)
     if rec is None or rec.lease_owner is None or rec.lease_expires < time.time():
         return None
+    pids = {rid: pid for rid, _host, pid, _started in await store.list_runtimes()}
     return pids.get(rec.lease_owner)
 
 
-def _race(tmp_path: Path, db: Path, rng: random.Random) -> int:
+def _race(tmp_path: Path, db: Path, store: tether.Store, rng: random.Random) -> int:
     """Two racers send to one actor, handing it back and forth as it passivates between their
-    bursts. Twice, the racer that owns the actor at a random moment is SIGKILLed (the other
-    takes over at once) and restarted. Returns how many owners were killed."""
+    bursts. Twice, the racer that owns the actor is SIGKILLed while it still has messages to
+    send (the other one takes over at once) and restarted. Returns how many owners were killed.
+    """
     children = Children(tmp_path)
     ranges = {"racer-a": FIRST_RANGE, "racer-b": SECOND_RANGE}
 
@@ -54,13 +50,19 @@ def _race(tmp_path: Path, db: Path, rng: random.Random) -> int:
             child.wait_report("ready", 30)
         kills = 0
         for _ in range(2):
-            time.sleep(rng.uniform(0.3, 0.8))
-            owner = anyio.from_thread.run(_owner_pid, db, "shared")
-            for name, child in racers.items():
-                if child.pid == owner and not child.has("sent"):
-                    assert child.kill(), children.describe()
-                    racers[name] = start(name)
+            time.sleep(rng.uniform(0.2, 0.6))
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                owner = anyio.from_thread.run(_owner_pid, store, "shared")
+                victim = next(
+                    (n for n, c in racers.items() if c.pid == owner and not c.has("sent")), None
+                )
+                if victim is not None:
+                    assert racers[victim].kill(), children.describe()
+                    racers[victim] = start(victim)
                     kills += 1
+                    break
+                time.sleep(0.02)
         for child in racers.values():
             assert child.wait(60) == 0, children.describe()
             assert child.value("count") == str(TOTAL), children.describe()
@@ -74,7 +76,12 @@ async def test_racing_runtimes_never_process_one_actor_concurrently(tmp_path: Pa
     """Two processes running one actor: committed handler intervals never overlap, none repeats."""
     db = tmp_path / "store.db"
     seed = random.randrange(1 << 32)
-    kills = await anyio.to_thread.run_sync(_race, tmp_path, db, random.Random(seed))
+    store = tether.SqliteStore(db)  # the test's window on the store while the racers run
+    await store.open()
+    try:
+        kills = await anyio.to_thread.run_sync(_race, tmp_path, db, store, random.Random(seed))
+    finally:
+        await store.close()
 
     async with tether.Runtime(db, lease_ttl=LEASE_TTL, poll_interval=POLL) as rt:
         rows = await rt.store.load_journal("shared", 0, 10 * TOTAL)

@@ -23,7 +23,11 @@ def fast(path: Path | str, **kw: object) -> tether.Runtime:
 
 def journal_len(db: Path, actor_id: str) -> int:
     with sqlite3.connect(db) as con:
-        return int(con.execute("SELECT COUNT(*) FROM journal WHERE actor_id = ?", (actor_id,)).fetchone()[0])
+        return int(
+            con.execute("SELECT COUNT(*) FROM journal WHERE actor_id = ?", (actor_id,)).fetchone()[
+                0
+            ]
+        )
 
 
 def mailbox_len(db: Path) -> int:
@@ -61,7 +65,9 @@ async def test_spawning_an_id_taken_by_another_class_is_refused(tmp_path: Path) 
             await rt.spawn(s.Lifecycle, "x")
 
 
-async def test_a_message_of_an_unaccepted_type_is_refused_before_anything_is_stored(tmp_path: Path) -> None:
+async def test_a_message_of_an_unaccepted_type_is_refused_before_anything_is_stored(
+    tmp_path: Path,
+) -> None:
     """The error names the actor, the type and the accepted types; the mailbox stays empty."""
     db = tmp_path / "a.db"
     async with fast(db) as rt:
@@ -162,7 +168,9 @@ async def test_the_outbox_is_committed_with_the_step(tmp_path: Path) -> None:
                 await anyio.sleep(0.01)
 
 
-async def test_a_message_that_always_fails_goes_to_dead_letters_and_the_actor_goes_on(tmp_path: Path) -> None:
+async def test_a_message_that_always_fails_goes_to_dead_letters_and_the_actor_goes_on(
+    tmp_path: Path,
+) -> None:
     """I7: after max_attempts the message is dead-lettered with one error per attempt."""
     s.failures.clear()
     async with fast(tmp_path / "a.db", max_attempts=3) as rt:
@@ -264,7 +272,9 @@ async def test_an_idle_actor_passivates_and_its_next_message_reactivates_it(tmp_
         assert s.Lifecycle.calls == ["start:life", "stop:life", "start:life"]
 
 
-async def test_a_stopped_actor_refuses_messages_and_its_queue_is_dead_lettered(tmp_path: Path) -> None:
+async def test_a_stopped_actor_refuses_messages_and_its_queue_is_dead_lettered(
+    tmp_path: Path,
+) -> None:
     """Stopping is durable; nothing queued is dropped without a record."""
     db = tmp_path / "a.db"
     async with fast(db) as rt:
@@ -334,7 +344,9 @@ async def test_an_undecodable_stored_message_is_dead_lettered_and_the_runtime_ke
         assert "undecodable payload" in letter.errors[-1]
 
 
-async def test_messages_to_a_corrupt_journal_wait_and_other_actors_keep_working(tmp_path: Path) -> None:
+async def test_messages_to_a_corrupt_journal_wait_and_other_actors_keep_working(
+    tmp_path: Path,
+) -> None:
     """An actor whose journal cannot be decoded does not start; nothing is lost or skipped."""
     db = tmp_path / "a.db"
     async with fast(db) as rt:

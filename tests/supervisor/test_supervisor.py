@@ -90,7 +90,9 @@ async def test_rest_for_one_restarts_the_failed_child_and_those_started_after_it
         assert since(mark) == [("stop", "r3"), ("stop", "r2"), ("start", "r2"), ("start", "r3")]
 
 
-async def test_exceeding_restart_intensity_stops_children_in_reverse_order_and_fails_upwards() -> None:
+async def test_exceeding_restart_intensity_stops_children_in_reverse_order_and_fails_upwards() -> (
+    None
+):
     """More than max_restarts within the window: the supervisor fails; at the root its subtree is
     stopped and recorded as failed, and the runtime keeps serving everything else."""
     async with runtime() as rt:
@@ -263,7 +265,10 @@ async def test_death_watch_delivers_terminated_with_the_reason(tmp_path: Path) -
         await watcher.ask(a.WatchIt(target="gone"), timeout=5)
         await target.stop("finished")
         await until(lambda: len(rt.cells["watcher"].state) == 2)
-        assert sorted(await watcher.ask(a.Seen_q(), timeout=5)) == ["gone:earlier", "target:finished"]
+        assert sorted(await watcher.ask(a.Seen_q(), timeout=5)) == [
+            "gone:earlier",
+            "target:finished",
+        ]
 
 
 async def test_watching_requires_accepting_terminated() -> None:
@@ -298,3 +303,47 @@ def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
     for n in range(6):
         for _ in range(50):
             assert 0.0 <= b.delay(n) <= b.cap(n)
+
+
+async def test_supervisors_come_back_by_themselves_when_a_runtime_reopens_the_store(
+    tmp_path: Path,
+) -> None:
+    """Supervisors never passivate; a new Runtime restarts their trees without being asked."""
+    db = tmp_path / "t.db"
+    async with runtime(db) as rt:
+        await rt.spawn(a.Sessions, "sessions")
+        await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s1"))
+    a.events.clear()
+    async with runtime(db) as rt:
+        await until(lambda: ("start", "s1") in a.events)
+        assert (await node(rt, "sessions")).status == "running"
+
+
+async def test_restarts_are_span_events_when_tracing_is_configured() -> None:
+    """Every restart decision is visible in traces (and in structlog)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tether.runtime import telemetry
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    old_tracer, old_enabled = telemetry.tracer, telemetry.tracing_enabled
+    telemetry.tracer = provider.get_tracer("tether")
+    telemetry.tracing_enabled = lambda: True
+    try:
+        async with runtime() as rt:
+            await rt.spawn(a.OneForOneSup, "sup")
+            mark = len(a.events)
+            await rt.ref("w1").tell(a.Crash())
+            await until(lambda: ("start", "w1") in since(mark))
+    finally:
+        telemetry.tracer, telemetry.tracing_enabled = old_tracer, old_enabled
+    events = [e.name for span in exporter.get_finished_spans() for e in span.events]
+    assert "tether.child_failed" in events
+    assert "tether.directive_restart" in events
+    assert any(s.name == "tether.handle" for s in exporter.get_finished_spans())
+    assert trace.get_tracer_provider() is not provider

@@ -377,7 +377,16 @@ class Cell:
     async def _deliver(self, m: StoredMessage) -> None:
         self.current = m
         try:
-            await self._deliver_current(m)
+            if telemetry.tracing_enabled():
+                attributes = {
+                    "tether.actor_id": self._actor_id,
+                    "tether.msg_id": m.msg_id,
+                    "tether.message_type": m.type,
+                }
+                with telemetry.tracer.start_as_current_span("tether.handle", attributes=attributes):
+                    await self._deliver_current(m)
+            else:
+                await self._deliver_current(m)
         finally:
             self.current = None
 

@@ -90,24 +90,31 @@ class GroupCommitter:
         return fut
 
     async def run(self) -> None:
-        """The writer task. Runs until cancelled; drains what is queued before it stops."""
+        """The writer task. Runs until ``close``; drains what is queued before it stops."""
+        self._stopped = asyncio.Event()
         try:
-            while True:
+            while not self._closed or self._queue:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._queue:
                     await self._commit_next()
         finally:
             self._closed = True
-            with anyio.CancelScope(shield=True):
-                while self._queue:
-                    await self._commit_next()
+            self._stopped.set()
+            for _, fut in self._queue:
+                if not fut.done():
+                    fut.set_exception(
+                        JournalWriteError("the runtime closed before this write was committed")
+                    )
+            self._queue.clear()
 
-    async def flush(self) -> None:
-        """Wait until everything submitted so far is committed (or has failed)."""
-        pending = [f for _, f in self._queue]
-        if pending:
-            await asyncio.wait(pending)
+    async def close(self) -> None:
+        """Commit everything queued, then stop the writer task."""
+        self._closed = True
+        self._wakeup.set()
+        stopped = getattr(self, "_stopped", None)
+        if stopped is not None:
+            await stopped.wait()
 
     async def _commit_next(self) -> None:
         taken = self._queue[: self._max_batch]

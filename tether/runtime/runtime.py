@@ -141,7 +141,7 @@ class Runtime:
         self._asks: dict[str, list[asyncio.Future[Any]]] = {}
         self._ask_actor: dict[str, str] = {}
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
-        self._activating: set[str] = set()
+        self._activating: dict[str, asyncio.Event] = {}  # in progress; set when done
         self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
@@ -196,7 +196,7 @@ class Runtime:
             with anyio.move_on_after(10):
                 for cell in cells:
                     await cell.exited.wait()
-            await self.committer.flush()
+            await self.committer.close()  # drains, so no transaction is cut short by cancellation
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True):
@@ -560,17 +560,16 @@ class Runtime:
     async def _activate(self, actor_id: str) -> Cell | None:
         """Take the actor's lease and start its cell here; None if someone else holds it."""
         cell = self.cells.get(actor_id)
-        if (
-            cell is not None
-            or actor_id in self._activating
-            or actor_id in self._stopping
-            or not self._open
-        ):
+        if cell is not None or actor_id in self._stopping or not self._open:
             return cell
+        in_progress = self._activating.get(actor_id)
+        if in_progress is not None:  # someone else is activating it: share the outcome
+            await in_progress.wait()
+            return self.cells.get(actor_id)
         now = self.clock()
         if self._not_before.get(actor_id, 0.0) > now:
             return None
-        self._activating.add(actor_id)
+        done = self._activating[actor_id] = asyncio.Event()
         try:
             rec = await self.store.get_actor(actor_id)
             if rec is None:
@@ -585,7 +584,8 @@ class Runtime:
                 return None
             if rec.parent_id is not None and rec.parent_id not in self.cells:
                 # A subtree lives in one runtime: start the supervisor, which starts its children.
-                self._activating.discard(actor_id)
+                del self._activating[actor_id]
+                done.set()
                 await self._activate(rec.parent_id)
                 return None
             result = await self.committer.submit(
@@ -608,7 +608,9 @@ class Runtime:
             telemetry.activations.add(1)
             return cell
         finally:
-            self._activating.discard(actor_id)
+            if self._activating.get(actor_id) is done:
+                del self._activating[actor_id]
+            done.set()
 
     # -- background tasks ---------------------------------------------------------------------
 
@@ -618,6 +620,7 @@ class Runtime:
         watermark = 0
         last_due = self.clock()
         next_orphan_scan = 0.0
+        await self._resume_resident_trees()
         while True:
             now = self.clock()
             touched: dict[str, None] = {}
@@ -656,6 +659,20 @@ class Runtime:
             self._scheduler_wake.clear()
             with anyio.move_on_after(wait):
                 await self._scheduler_wake.wait()
+
+    async def _resume_resident_trees(self) -> None:
+        """Bring back every top-level actor that never passivates (supervisors): the trees
+        come back by themselves when a runtime opens on an existing store."""
+        for rec in await self.store.list_actors(parent_id=None):
+            if rec.parent_id is not None or rec.status != "active":
+                continue
+            try:
+                cls = import_class(rec.class_path)
+            except ConfigError as exc:
+                telemetry.log.error("cannot_resume_actor", actor_id=rec.actor_id, error=str(exc))
+                continue
+            if not getattr(cls, "passivates", True):
+                self._activate_soon(rec.actor_id)
 
     async def _renew_leases(self) -> None:
         while True:

@@ -245,14 +245,12 @@ class SqliteStore:
     async def apply(self, batch: Batch) -> BatchResult:
         async with self._write_lock:
             db = self._w()
-            await db.execute("BEGIN IMMEDIATE")
             try:
+                await db.execute("BEGIN IMMEDIATE")
                 result = await self._apply(db, batch)
                 await db.execute("COMMIT")
             except BaseException:
-                with anyio.CancelScope(shield=True):
-                    if db.in_transaction:
-                        await db.execute("ROLLBACK")
+                await _rollback(db)
                 raise
             return result
 
@@ -587,17 +585,15 @@ class SqliteStore:
     async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
         async with self._write_lock:
             db = self._w()
-            await db.execute("BEGIN IMMEDIATE")
             try:
+                await db.execute("BEGIN IMMEDIATE")
                 counts = []
                 for sql, params in sql_params:
                     cur = await db.execute(sql, params)
                     counts.append(cur.rowcount)
                 await db.execute("COMMIT")
             except BaseException:
-                with anyio.CancelScope(shield=True):
-                    if db.in_transaction:
-                        await db.execute("ROLLBACK")
+                await _rollback(db)
                 raise
             return counts
 
@@ -667,6 +663,17 @@ class SqliteStore:
 
 
 _ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
+
+
+async def _rollback(db: aiosqlite.Connection) -> None:
+    """Roll back whatever is open, even if the BEGIN itself is still queued on the connection's
+    thread (a cancellation can arrive between the two): aiosqlite runs calls in order."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await db.execute("ROLLBACK")
+        except sqlite3.OperationalError as exc:
+            if "no transaction is active" not in str(exc):
+                raise
 
 
 def _actor(row: Sequence[Any]) -> ActorRecord:
