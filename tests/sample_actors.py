@@ -104,7 +104,7 @@ class Lifecycle(tether.Actor[int]):
     """Records on_start/on_stop calls in a module-level list."""
 
     initial_state = 0
-    calls: list[str] = []  # noqa: RUF012 - deliberately shared across instances
+    calls: list[str] = []
 
     async def on_start(self) -> None:
         Lifecycle.calls.append(f"start:{self.id}")

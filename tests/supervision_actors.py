@@ -94,7 +94,7 @@ class BadStart(tether.Actor[int]):
 
 
 class Watcher(tether.Actor[list[str]]):
-    initial_state: list[str] = []  # noqa: RUF012
+    initial_state: list[str] = []
 
     def apply(self, state: list[str], event: Seen) -> list[str]:
         return [*state, f"{event.actor_id}:{event.reason}"]
@@ -114,7 +114,7 @@ class WatchIt(tether.Message):
     target: str
 
 
-class Seen_q(tether.Message):  # noqa: N801
+class Seen_q(tether.Message):
     pass
 
 
@@ -153,7 +153,7 @@ class MixedSup(tether.Supervisor):
 
 class DeciderSup(tether.Supervisor):
     strategy = OneForOne(max_restarts=10, within=60)
-    decider = {ValueCrash: "resume", RuntimeError: "restart"}  # noqa: RUF012
+    decider = {ValueCrash: "resume", RuntimeError: "restart"}
     children = [ChildSpec(Worker, "d1"), ChildSpec(Worker, "d2", decider={RuntimeError: "stop"})]
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:  # noqa: RET503 - parser.error exits
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tether", description="Supervised, durable actors for AI agents."
     )

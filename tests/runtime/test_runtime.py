@@ -61,7 +61,7 @@ async def test_spawning_an_id_taken_by_another_class_is_refused(tmp_path: Path) 
     """Actor ids are unique in a store, whatever the class."""
     async with fast(tmp_path / "a.db") as rt:
         await rt.spawn(s.Account, "x")
-        with pytest.raises(tether.ConfigError, match="taken by a tests.sample_actors:Account"):
+        with pytest.raises(tether.ConfigError, match=r"taken by a tests\.sample_actors:Account"):
             await rt.spawn(s.Lifecycle, "x")
 
 

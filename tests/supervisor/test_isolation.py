@@ -64,7 +64,7 @@ async def test_one_crashing_session_does_not_disturb_99_others(tmp_path: Path) -
 
         # ... while the crashing one lost its poison to dead letters, each after MAX_ATTEMPTS.
         with anyio.fail_after(30):
-            while len(await rt.dead_letters.list(bad)) < POISON:  # noqa: ASYNC110 - polling the store
+            while len(await rt.dead_letters.list(bad)) < POISON:
                 await anyio.sleep(0.02)
         letters = await rt.dead_letters.list()
         assert {d.actor_id for d in letters} == {bad}

@@ -109,7 +109,7 @@ def run_and_kill(db: Path, out: Path, err: Path) -> dict[str, Any]:
 
 async def until(check: Any, timeout: float = 10.0) -> None:
     with anyio.fail_after(timeout):
-        while not await check():  # noqa: ASYNC110 - polling the store: there is no event to await
+        while not await check():
             await anyio.sleep(0.02)
 
 

@@ -18,6 +18,7 @@ rejected commit or an unknown commit outcome restores them (from memory, or from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import traceback
 from collections import deque
 from contextvars import ContextVar
@@ -180,7 +181,7 @@ class Cell:
                     await self._recover()
                     assert self.instance is not None
                     await self.instance.on_start()
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any start failure goes to supervision
                     self.ready.set()  # whoever waits for the start must not wait for the verdict
                     await self._start_failed(exc)
                     return
@@ -299,7 +300,7 @@ class Cell:
         assert self.instance is not None
         try:
             await self.instance.on_stop()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never lets a failure kill the runtime
             telemetry.log.warning("on_stop_failed", actor_id=self._actor_id, error=repr(exc))
 
     async def _next(self) -> StoredMessage | None:
@@ -365,10 +366,9 @@ class Cell:
 
     async def _release(self) -> None:
         """Give the lease back so that any runtime can activate the actor on its next message."""
-        try:
+        # A newer activation (here or elsewhere) may hold it already: then nothing to release.
+        with contextlib.suppress(StaleLeaseError):
             await self.runtime.committer.submit(LeaseRelease(self._actor_id, self.fence))
-        except StaleLeaseError:
-            pass  # a newer activation (here or elsewhere) holds it already: nothing to release
         if not self.leaving:
             telemetry.passivations.add(1)
 
@@ -428,7 +428,7 @@ class Cell:
         try:
             reply = await self.instance.handle(msg)  # type: ignore[union-attr]
             reply_bytes = rt.encode_reply(self.spec, reply) if m.wants_reply else None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a handler failure is supervision's business
             self._state = state_before
             await self._handler_failed(m, exc)
             return

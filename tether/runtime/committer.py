@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import anyio
 import structlog
 
 from tether.errors import JournalWriteError, StaleLeaseError
@@ -121,7 +120,7 @@ class GroupCommitter:
         del self._queue[: self._max_batch]
         try:
             result = await self._store.apply(_batch(w for w, _ in taken))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             if len(taken) == 1:
                 _settle(taken, None, exc)
                 return
@@ -129,7 +128,7 @@ class GroupCommitter:
             for item in taken:
                 try:
                     one = await self._store.apply(_batch([item[0]]))
-                except Exception as exc_one:
+                except Exception as exc_one:  # noqa: BLE001 - the caller gets it as JournalWriteError
                     _settle([item], None, exc_one)
                 else:
                     _settle([item], one, None)

@@ -553,7 +553,7 @@ class Runtime:
     async def _activate_quietly(self, actor_id: str) -> None:
         try:
             await self._activate(actor_id)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded; retried after a backoff
             telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
             self.activation_failed(actor_id, exc)
 

@@ -149,17 +149,7 @@ class SqliteStore:
 
     async def open(self) -> None:
         if self.path != ":memory:":
-            folder = Path(self.path).resolve().parent
-            if not folder.is_dir():
-                raise StoreOpenError(
-                    f"cannot open store {self.path!r}: folder {folder} does not exist"
-                )
-            if Path(self.path).exists() and not os.access(self.path, os.R_OK | os.W_OK):
-                raise StoreOpenError(f"cannot open store {self.path!r}: the file is not writable")
-            if not Path(self.path).exists() and not os.access(folder, os.W_OK):
-                raise StoreOpenError(
-                    f"cannot create store {self.path!r}: folder {folder} is not writable"
-                )
+            await anyio.to_thread.run_sync(self._check_path)
         try:
             self._writer = await self._connect()
             await self._ensure_schema(self._writer)
@@ -170,6 +160,19 @@ class SqliteStore:
         except BaseException:
             await self.close()
             raise
+
+    def _check_path(self) -> None:
+        """Clear errors for a missing folder or an unwritable file, before SQLite's own."""
+        path = Path(self.path)
+        folder = path.resolve().parent
+        if not folder.is_dir():
+            raise StoreOpenError(f"cannot open store {self.path!r}: folder {folder} does not exist")
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise StoreOpenError(f"cannot open store {self.path!r}: the file is not writable")
+        if not path.exists() and not os.access(folder, os.W_OK):
+            raise StoreOpenError(
+                f"cannot create store {self.path!r}: folder {folder} is not writable"
+            )
 
     async def _connect(self) -> aiosqlite.Connection:
         db = await aiosqlite.connect(self.path, isolation_level=None)
@@ -265,10 +268,10 @@ class SqliteStore:
             current: dict[str, int] = {}
             for chunk in _chunks(list(fenced)):
                 marks = ",".join("?" * len(chunk))
-                for actor_id, fence in await db.execute_fetchall(
+                rows = await db.execute_fetchall(
                     f"SELECT actor_id, fence FROM actors WHERE actor_id IN ({marks})", chunk
-                ):
-                    current[actor_id] = fence
+                )
+                current.update((actor_id, fence) for actor_id, fence in rows)
             for actor_id, fences in fenced.items():
                 if any(f != current.get(actor_id) for f in fences):
                     result.stale.add(actor_id)

@@ -231,7 +231,7 @@ class Supervision:
         for e in entries:
             try:
                 await self.start_child(parent_id, e, revive=True)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - logged; the other children still start
                 telemetry.log.error("child_restart_failed", actor_id=e.child_id, error=repr(exc))
 
     async def stop_actor_for_good(self, actor_id: str, reason: str) -> None:
