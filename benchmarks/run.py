@@ -39,6 +39,7 @@ import pstats
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,11 +87,11 @@ class Sizes:
 
 FULL = Sizes(
     runs=5,
-    ask_tether=20_000,
+    ask_tether=30_000,
     ask_asyncio=50_000,
     ask_pykka=10_000,
     durable_actors=1_000,
-    durable_per_actor=30,
+    durable_per_actor=40,
     raw_rows=100_000,
     recovery_events=100_000,
     burst=1_000,
@@ -848,6 +849,20 @@ def versions(*dists: str) -> dict[str, str | None]:
     return out
 
 
+def git_revision() -> str | None:
+    """The checked-out commit, with "+dirty" if tether/ has uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "tether"], cwd=HERE.parent, capture_output=True
+        ).stdout.strip()
+    except OSError:
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description="tether benchmarks: figures, peers, raw limits and targets in one run."
@@ -859,6 +874,8 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="cProfile one run of each tether scenario instead"
     )
     args = p.parse_args(argv)
+    if args.runs is not None and args.runs < 1:
+        p.error("--runs must be at least 1")
     sizes = QUICK if args.quick else FULL
     if args.runs:
         sizes = replace(sizes, runs=args.runs)
@@ -881,6 +898,7 @@ def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "mode": "quick" if quick else "full",
         "runs": sizes.runs,
+        "git": git_revision(),
         **versions("tether", "aiosqlite", "msgspec", "anyio", "pykka"),
     }
     print(

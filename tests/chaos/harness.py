@@ -6,6 +6,7 @@ wait has a timeout, and ``Children.close`` kills whatever is still alive, so not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -117,10 +118,8 @@ class Child:
         if self.alive():
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 class Children:

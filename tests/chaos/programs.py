@@ -22,7 +22,6 @@ import random
 import signal
 import sys
 import time
-from pathlib import Path
 
 import anyio
 import msgspec
@@ -104,7 +103,7 @@ async def counter_program(db: str, progress: str, total: str) -> None:
     make that a no-op (I1)."""
     n = int(total)
     try:
-        last = int(Path(progress).read_text())
+        last = int(await anyio.Path(progress).read_text())
     except FileNotFoundError:
         last = -1
     async with runtime(db, snapshot_every=64) as rt:
@@ -289,7 +288,7 @@ async def stall_program(db: str, runs: str, stop_file: str, role: str) -> None:
             count = await ref.ask(GetCount(), timeout=30)
             report(f"count={count}")
         with anyio.fail_after(60):
-            while not Path(stop_file).exists():
+            while not await anyio.Path(stop_file).exists():
                 await anyio.sleep(0.05)
     report("closed")
 

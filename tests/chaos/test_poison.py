@@ -62,7 +62,8 @@ def _run_until_it_stops_dying(tmp_path: Path, db: Path) -> tuple[list[int], list
             if codes[-1] >= 0:
                 break
         done = children.started[-1].value("done")
-        assert codes[-1] == 0 and done is not None, f"exit codes {codes}\n{children.describe()}"
+        assert codes[-1] == 0, f"exit codes {codes}\n{children.describe()}"
+        assert done is not None, children.describe()
         return codes, json.loads(done)
     finally:
         children.close()

@@ -5,10 +5,15 @@ The store semantics shared with ``MemoryStore`` live in ``test_store_conformance
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiosqlite
+import anyio
 import pytest
 
 from tether.errors import SchemaVersionError, StoreOpenError
@@ -38,6 +43,33 @@ def dump(path: Path) -> list[str]:
         con.close()
 
 
+@pytest.fixture
+async def no_leaked_connections(anyio_backend: str) -> AsyncIterator[None]:
+    """Fail the test if it leaves an aiosqlite connection (and its worker thread) open.
+
+    A leaked worker thread is not a daemon: left alone, it blocks the interpreter's exit and the
+    whole pytest run hangs after the summary. So leaked connections are closed here, then reported.
+    """
+    before = set(threading.enumerate())
+    yield
+    workers = [
+        t
+        for t in set(threading.enumerate()) - before
+        if "_connection_worker_thread" in t.name and t.is_alive()
+    ]
+    for t in workers:  # a connection being stopped finishes promptly
+        await anyio.to_thread.run_sync(t.join, 2.0)
+    alive = {t for t in workers if t.is_alive()}
+    if not alive:
+        return
+    leaked = [
+        c for c in gc.get_objects() if isinstance(c, aiosqlite.Connection) and c._thread in alive
+    ]
+    for c in leaked:
+        await c.close()
+    pytest.fail(f"{len(alive)} aiosqlite connection(s) left open: {leaked!r}")
+
+
 async def make_store(path: Path) -> None:
     """Create a tether store at ``path`` and close it."""
     s = SqliteStore(path)
@@ -49,6 +81,7 @@ async def make_store(path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("no_leaked_connections")
 async def test_opening_a_file_in_a_missing_folder_names_the_folder(tmp_path: Path) -> None:
     """A path whose folder does not exist raises StoreOpenError naming that folder; nothing is created."""
     folder = tmp_path / "no-such-folder"
@@ -59,6 +92,7 @@ async def test_opening_a_file_in_a_missing_folder_names_the_folder(tmp_path: Pat
 
 @pytest.mark.anyio
 @pytest.mark.skipif(IS_ROOT, reason="root writes through chmod 0o400; see the directory case")
+@pytest.mark.usefixtures("no_leaked_connections")
 async def test_opening_a_read_only_file_raises_store_open_error(tmp_path: Path) -> None:
     """An existing store file without write permission raises StoreOpenError."""
     path = tmp_path / "t.db"
@@ -73,6 +107,7 @@ async def test_opening_a_read_only_file_raises_store_open_error(tmp_path: Path) 
 
 @pytest.mark.anyio
 @pytest.mark.skipif(IS_ROOT, reason="root writes through chmod 0o500 on the folder")
+@pytest.mark.usefixtures("no_leaked_connections")
 async def test_creating_a_store_in_a_read_only_folder_raises_store_open_error(
     tmp_path: Path,
 ) -> None:
@@ -88,6 +123,7 @@ async def test_creating_a_store_in_a_read_only_folder_raises_store_open_error(
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("no_leaked_connections")
 async def test_opening_a_path_that_is_a_directory_raises_store_open_error(tmp_path: Path) -> None:
     """A path that cannot be opened as a file (a directory, unwritable even for root) raises StoreOpenError."""
     path = tmp_path / "actually-a-folder"
@@ -98,6 +134,7 @@ async def test_opening_a_path_that_is_a_directory_raises_store_open_error(tmp_pa
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("no_leaked_connections")
 async def test_opening_a_file_that_is_not_sqlite_raises_store_open_error(tmp_path: Path) -> None:
     """A file of random bytes raises StoreOpenError and is left as it was."""
     path = tmp_path / "t.db"
@@ -109,6 +146,7 @@ async def test_opening_a_file_that_is_not_sqlite_raises_store_open_error(tmp_pat
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("no_leaked_connections")
 async def test_opening_an_sqlite_file_of_another_program_raises_schema_version_error(
     tmp_path: Path,
 ) -> None:
@@ -126,6 +164,7 @@ async def test_opening_an_sqlite_file_of_another_program_raises_schema_version_e
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("no_leaked_connections")
 async def test_opening_a_store_of_an_unknown_schema_version_is_refused_untouched(
     tmp_path: Path,
 ) -> None:

@@ -2,7 +2,8 @@
 
 Each test runs once on an opened ``SqliteStore`` (a file under ``tmp_path``) and once on an
 opened ``MemoryStore``. The invariants named here are the ones the runtime relies on: I1 (dedup),
-I2 (atomic step), I7 (dead letters) and I8 (leases and fencing).
+I2 (atomic step), I7 (dead letters) and I8 (leases and fencing), plus the supervision writes
+(StopActor status, Revive, Watch and its Terminated notice).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from tether.runtime.store import (
     LeaseAcquire,
     LeaseRelease,
     NewMessage,
+    Revive,
     Snapshot,
     Spawn,
     StepCommit,
     StopActor,
     Store,
+    Watch,
 )
 
 pytestmark = pytest.mark.anyio
@@ -110,7 +113,7 @@ def step(
     reply: bytes | None = None,
     snapshot: Snapshot | None = None,
     claim_next: str | None = None,
-    stop_reason: str | None = None,
+    stop: StopActor | None = None,
 ) -> StepCommit:
     return StepCommit(
         actor_id=actor_id,
@@ -121,8 +124,13 @@ def step(
         reply=reply,
         snapshot=snapshot,
         claim_next=claim_next,
-        stop_reason=stop_reason,
+        stop=stop,
     )
+
+
+def halt(actor_id: str, reason: str, *, now: float = NOW, status: str = "stopped") -> StopActor:
+    """A StopActor whose Terminated notice payload names the actor."""
+    return StopActor(actor_id, reason, now, notice=f"terminated {actor_id}".encode(), status=status)
 
 
 async def spawn(store: Store, *actor_ids: str) -> None:
@@ -462,14 +470,14 @@ async def test_claim_counts_a_delivery_attempt(store: Store) -> None:
     assert got == {"m1": 2, "m2": 0}
 
 
-async def test_step_commit_with_stop_reason_stops_the_actor_and_dead_letters_the_rest(
+async def test_step_commit_with_a_stop_stops_the_actor_and_dead_letters_the_rest(
     store: Store,
 ) -> None:
-    """A step with stop_reason commits, stops the actor, and moves its remaining messages to dead letters."""
+    """A step carrying a stop commits, stops the actor, and moves its remaining messages to dead letters."""
     fence = await owned(store, "a")
     await send(store, msg("m1"), msg("m2"), msg("m3", deliver_at=NOW + 60))
     await store.apply(
-        Batch(steps=[step("a", fence, "m1", events=[JournalRow(1, b"e")], stop_reason="done")])
+        Batch(steps=[step("a", fence, "m1", events=[JournalRow(1, b"e")], stop=halt("a", "done"))])
     )
     rec = await store.get_actor("a")
     assert rec is not None
@@ -479,7 +487,7 @@ async def test_step_commit_with_stop_reason_stops_the_actor_and_dead_letters_the
     assert await pending_ids(store, "a") == []
     dead = await store.dead_letters("a")
     assert sorted(d.msg_id for d in dead) == ["m2", "m3"]
-    assert all("done" in d.reason for d in dead)
+    assert all("done" in d.reason and d.created_at == NOW for d in dead)
 
 
 # -- leases and fencing (I8) --------------------------------------------------------------------
@@ -552,7 +560,7 @@ async def test_released_lease_can_be_taken_by_another_owner(store: Store) -> Non
 async def test_lease_of_a_stopped_or_missing_actor_is_refused(store: Store) -> None:
     """No one gets the lease of a stopped actor or of an id never spawned."""
     await spawn(store, "a")
-    await store.apply(Batch(stops=[StopActor("a", "bye", NOW)]))
+    await store.apply(Batch(stops=[halt("a", "bye")]))
     result = await store.apply(
         Batch(
             acquires=[
@@ -825,7 +833,7 @@ async def test_stop_actor_marks_it_stopped_and_dead_letters_its_pending_messages
         msg("later", deliver_at=NOW + 60),
         msg("other", "b"),
     )
-    await store.apply(Batch(stops=[StopActor("a", "retired", NOW + 3)]))
+    await store.apply(Batch(stops=[halt("a", "retired", now=NOW + 3)]))
     rec = await store.get_actor("a")
     assert rec is not None
     assert (rec.status, rec.stop_reason, rec.lease_owner) == ("stopped", "retired", None)
@@ -840,6 +848,110 @@ async def test_stop_actor_marks_it_stopped_and_dead_letters_its_pending_messages
     # The old owner's fence no longer commits.
     result = await store.apply(Batch(claims=[Claim("a", fence, "m1")]))
     assert result.stale == {"a"}
+
+
+async def test_stop_actor_with_status_failed_marks_it_failed(store: Store) -> None:
+    """StopActor(status="failed") stores that status; the actor takes no lease, its mail is dead-lettered."""
+    await owned(store, "a")
+    await send(store, msg("m1"))
+    await store.apply(Batch(stops=[halt("a", "gave up", status="failed")]))
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.status, rec.stop_reason) == ("failed", "gave up")
+    [letter] = await store.dead_letters("a")
+    assert letter.msg_id == "m1"
+    assert "gave up" in letter.reason
+    assert await lease(store, "a", "rt-1") is None
+
+
+# -- Revive and Watch (supervision) -------------------------------------------------------------
+
+
+async def test_revive_makes_a_stopped_actor_active_and_leasable_with_a_higher_fence(
+    store: Store,
+) -> None:
+    """Revive sets status active and clears stop_reason; the fence never goes back, so old owners stay fenced."""
+    old = await owned(store, "a")
+    await store.apply(Batch(stops=[halt("a", "crashed", status="failed")]))
+    stopped = await store.get_actor("a")
+    assert stopped is not None
+    await store.apply(Batch(revives=[Revive("a")]))
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.status, rec.stop_reason, rec.lease_owner) == ("active", None, None)
+    assert rec.fence == stopped.fence
+    new = await lease(store, "a", "rt-2", now=NOW + 1)
+    assert new is not None
+    assert new > stopped.fence > old
+    await send(store, msg("m1"))
+    assert (await store.apply(Batch(claims=[Claim("a", old, "m1")]))).stale == {"a"}
+
+
+async def test_revive_of_a_missing_actor_creates_nothing(store: Store) -> None:
+    """Revive of an id never spawned is a no-op."""
+    await store.apply(Batch(revives=[Revive("ghost")]))
+    assert await store.get_actor("ghost") is None
+
+
+async def test_watch_delivers_one_terminated_notice_when_the_watched_actor_stops(
+    store: Store,
+) -> None:
+    """A watcher gets the StopActor's notice as a "Terminated" message in its mailbox, once; the watch is used up."""
+    await spawn(store, "watched", "w1", "w2")
+    await store.apply(
+        Batch(
+            watches=[
+                Watch("w1", "watched"),
+                Watch("w2", "watched"),
+                Watch("w1", "watched"),  # twice: still one watch
+            ]
+        )
+    )
+    assert await store.watchers("watched") == ["w1", "w2"]
+    assert await store.watchers("w1") == []
+    await store.apply(Batch(stops=[halt("watched", "bye", now=NOW + 5)]))
+    for watcher in ("w1", "w2"):
+        [notice] = await store.pending(watcher, NOW + 5, 10)
+        assert (notice.type, notice.payload, notice.deliver_at) == (
+            "Terminated",
+            b"terminated watched",
+            NOW + 5,
+        )
+        assert (notice.attempts, notice.wants_reply) == (0, False)
+    assert await store.watchers("watched") == []
+    assert await store.dead_letters("w1") == []
+    # A second stop (e.g. of a revived actor) notifies no one: the watch was used up.
+    await store.apply(Batch(stops=[halt("watched", "again", now=NOW + 6)]))
+    assert len(await store.pending("w1", LATER, 10)) == 1
+
+
+async def test_watch_notice_is_sent_when_an_actor_stops_itself_in_a_step(store: Store) -> None:
+    """A step that stops its actor delivers the Terminated notice in the same transaction."""
+    fence = await owned(store, "a")
+    await spawn(store, "sup")
+    await store.apply(Batch(watches=[Watch("sup", "a")]))
+    await send(store, msg("m1"))
+    await store.apply(Batch(steps=[step("a", fence, "m1", stop=halt("a", "done"))]))
+    [notice] = await store.pending("sup", NOW, 10)
+    assert (notice.type, notice.payload) == ("Terminated", b"terminated a")
+    assert [m for _, a, m in await store.new_messages(0, NOW, 10) if a == "sup"] == [notice.msg_id]
+
+
+async def test_stale_step_with_a_stop_neither_stops_nor_notifies(store: Store) -> None:
+    """A stop carried by a stale step is rejected with it: the actor stays active, no notice is sent."""
+    old = await owned(store, "a", "rt-1")
+    new = await lease(store, "a", "rt-2", now=NOW + TTL + 1)
+    await spawn(store, "sup")
+    await store.apply(Batch(watches=[Watch("sup", "a")]))
+    await send(store, msg("m1"), msg("m2"))
+    result = await store.apply(Batch(steps=[step("a", old, "m1", stop=halt("a", "done"))]))
+    assert result.stale == {"a"}
+    rec = await store.get_actor("a")
+    assert rec is not None
+    assert (rec.status, rec.fence, rec.lease_owner) == ("active", new, "rt-2")
+    assert await pending_ids(store, "a") == ["m1", "m2"]
+    assert await store.pending("sup", LATER, 10) == []
+    assert await store.watchers("a") == ["sup"]
 
 
 # -- atomicity (I2) -----------------------------------------------------------------------------
@@ -867,7 +979,7 @@ async def _failing_batch(store: Store) -> tuple[int, Batch]:
                 snapshot=Snapshot(1, b"s"),
             )
         ],
-        stops=[StopActor("b", "x", NOW)],
+        stops=[halt("b", "x")],
     )
     return fence, batch
 

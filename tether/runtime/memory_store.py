@@ -158,7 +158,7 @@ class MemoryStore:
             if row is None:
                 return
             if row.msg.wants_reply:
-                payload = msgspec.msgpack.encode([reason])
+                payload = msgspec.msgpack.encode([*row.errors, reason])
                 replies[msg_id] = _ReplyRow(Reply(msg_id, False, payload), at)
             dead[msg_id] = DeadLetter(
                 msg_id=msg_id,

@@ -625,12 +625,14 @@ class Runtime:
             now = self.clock()
             touched: dict[str, None] = {}
             rows = await self.store.new_messages(watermark, now, 5000)
+            own = f"{self._id_prefix}-"
             for seq, actor_id, msg_id in rows:
                 watermark = max(watermark, seq)
                 cell = self.cells.get(actor_id)
                 if cell is None:
                     touched[actor_id] = None
-                elif msg_id not in cell.known:
+                elif not msg_id.startswith(own) and msg_id not in cell.known:
+                    # Our own sends were handed to the cell right after their commit.
                     cell.rescan_requested = True
                     cell.wake.set()
             for actor_id in await self.store.due_between(last_due, now):

@@ -167,6 +167,8 @@ class SqliteStore:
         folder = path.resolve().parent
         if not folder.is_dir():
             raise StoreOpenError(f"cannot open store {self.path!r}: folder {folder} does not exist")
+        if path.is_dir():
+            raise StoreOpenError(f"cannot open store {self.path!r}: it is a directory")
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
             raise StoreOpenError(f"cannot open store {self.path!r}: the file is not writable")
         if not path.exists() and not os.access(folder, os.W_OK):
@@ -176,12 +178,19 @@ class SqliteStore:
 
     async def _connect(self) -> aiosqlite.Connection:
         db = await aiosqlite.connect(self.path, isolation_level=None)
-        await db.execute("PRAGMA busy_timeout = 30000")
-        if self.path != ":memory:":
-            mode = await (await db.execute("PRAGMA journal_mode = WAL")).fetchone()
-            if mode is None or str(mode[0]).lower() != "wal":
-                raise StoreOpenError(f"cannot switch {self.path!r} to WAL mode")
-        await db.execute(f"PRAGMA synchronous = {self.durability.upper()}")
+        try:
+            await db.execute("PRAGMA busy_timeout = 30000")
+            if self.path != ":memory:":
+                mode = await (await db.execute("PRAGMA journal_mode = WAL")).fetchone()
+                if mode is None or str(mode[0]).lower() != "wal":
+                    raise StoreOpenError(f"cannot switch {self.path!r} to WAL mode")
+            await db.execute(f"PRAGMA synchronous = {self.durability.upper()}")
+        except BaseException:
+            # Not in self._writer/_reader yet, so close() would miss it, and its worker thread
+            # (not a daemon) would keep the process from exiting.
+            with anyio.CancelScope(shield=True):
+                await db.close()
+            raise
         return db
 
     async def _ensure_schema(self, db: aiosqlite.Connection) -> None:
@@ -252,8 +261,10 @@ class SqliteStore:
                 await db.execute("BEGIN IMMEDIATE")
                 result = await self._apply(db, batch)
                 await db.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 await _rollback(db)
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"batch not applied to {self.path!r}: {exc}") from exc
                 raise
             return result
 
@@ -452,12 +463,22 @@ class SqliteStore:
     async def _dead_letter(
         self, db: aiosqlite.Connection, rows: list[tuple[str, str, float]]
     ) -> None:
-        """Move mailbox rows to dead letters, answering any waiting ask with the reason."""
-        await db.executemany(
-            "INSERT OR REPLACE INTO replies (msg_id, actor_id, ok, payload, created_at) "
-            "SELECT msg_id, actor_id, 0, ?, ? FROM mailbox WHERE msg_id = ? AND wants_reply = 1",
-            [(_encode([reason]), at, msg_id) for msg_id, reason, at in rows],
-        )
+        """Move mailbox rows to dead letters, answering any waiting ask with its error history
+        (the errors recorded on the message, then the reason)."""
+        asked: dict[str, list[str]] = {}
+        for chunk in _chunks([m for m, _, _ in rows]):
+            marks = ",".join("?" * len(chunk))
+            for msg_id, errors in await db.execute_fetchall(
+                f"SELECT msg_id, errors FROM mailbox WHERE wants_reply = 1 AND msg_id IN ({marks})",
+                chunk,
+            ):
+                asked[msg_id] = _decode_errors(errors, msg_id)
+        if asked:
+            await db.executemany(
+                "INSERT OR REPLACE INTO replies (msg_id, actor_id, ok, payload, created_at) "
+                "SELECT msg_id, actor_id, 0, ?, ? FROM mailbox WHERE msg_id = ?",
+                [(_encode([*asked[m], reason]), at, m) for m, reason, at in rows if m in asked],
+            )
         await db.executemany(
             "INSERT OR REPLACE INTO dead_letters (msg_id, actor_id, type, payload, attempts, errors, reason, created_at) "
             "SELECT msg_id, actor_id, type, payload, attempts, errors, ?, ? FROM mailbox WHERE msg_id = ?",

@@ -7,6 +7,8 @@ change. Spans are only started when the active tracer provider records them.
 
 from __future__ import annotations
 
+import time
+
 import structlog
 from opentelemetry import metrics, trace
 
@@ -40,8 +42,20 @@ stale_commits = meter.create_counter(
 )
 
 
+_checked_at = -1.0
+_enabled = False
+
+
 def tracing_enabled() -> bool:
-    """Whether spans would be recorded (an SDK tracer provider is installed)."""
-    return not isinstance(
-        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
-    )
+    """Whether spans would be recorded (an SDK tracer provider is installed).
+
+    Asked once per message, so the answer is cached for a second: looking up the provider
+    reads the environment each time.
+    """
+    global _checked_at, _enabled
+    now = time.monotonic()
+    if now - _checked_at > 1.0:
+        provider = trace.get_tracer_provider()
+        _enabled = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+        _checked_at = now
+    return _enabled

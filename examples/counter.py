@@ -1,0 +1,53 @@
+"""The DESIGN §4 example: a durable account whose balance survives restarts.
+
+Run: python examples/counter.py   (run it twice: the balance keeps growing)
+"""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+
+import tether
+
+
+class Deposit(tether.Message):
+    amount: int
+
+
+class GetBalance(tether.Message):
+    pass
+
+
+class Deposited(tether.Event):
+    amount: int
+
+
+class AccountState(msgspec.Struct):
+    balance: int = 0
+
+
+class Account(tether.Actor[AccountState]):
+    initial_state = AccountState()
+
+    def apply(self, state: AccountState, event: Deposited) -> AccountState:
+        return AccountState(balance=state.balance + event.amount)
+
+    async def handle(self, msg: Deposit | GetBalance) -> int | None:
+        match msg:
+            case Deposit(amount=a):
+                self.persist(Deposited(amount=a))
+            case GetBalance():
+                return self.state.balance
+        return None
+
+
+async def main() -> None:
+    async with tether.Runtime("agents.db") as rt:
+        acct = await rt.spawn(Account, "acct-1")
+        await acct.tell(Deposit(amount=5))
+        print("balance:", await acct.ask(GetBalance(), timeout=5))
+
+
+if __name__ == "__main__":
+    anyio.run(main)
