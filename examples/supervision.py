@@ -49,8 +49,10 @@ class Ledger(tether.Actor[int]):
 
 
 class Payments(tether.Supervisor):
-    strategy = tether.OneForOne(max_restarts=3, within=10.0, backoff=tether.Backoff(initial=0.05, max=1.0))
-    children = [tether.ChildSpec(Ledger, "ledger-eu"), tether.ChildSpec(Ledger, "ledger-us")]
+    strategy = tether.OneForOne(
+        max_restarts=3, within=10.0, backoff=tether.Backoff(initial=0.05, max=1.0)
+    )
+    children = (tether.ChildSpec(Ledger, "ledger-eu"), tether.ChildSpec(Ledger, "ledger-us"))
 
 
 async def main() -> None:
