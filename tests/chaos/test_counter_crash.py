@@ -15,6 +15,8 @@ import tether
 from tests.chaos.harness import Children
 from tests.chaos.programs import LEASE_TTL, POLL, Counter, GetCount, Incremented
 
+pytestmark = pytest.mark.slow  # crash tests: real child processes, real signals
+
 TOTAL = 1000
 KILLS = 6
 

@@ -19,6 +19,8 @@ import tether
 from tests.chaos.harness import Child, Children
 from tests.chaos.programs import LEASE_TTL, POLL, GetCount, SlowDone, Worked
 
+pytestmark = pytest.mark.slow  # crash tests: real child processes, real signals
+
 FIRST_RANGE = (0, 59)
 SECOND_RANGE = (30, 89)  # overlaps the first: both processes send messages 30..59
 TOTAL = 90

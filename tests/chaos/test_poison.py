@@ -15,6 +15,8 @@ import tether
 from tests.chaos.harness import Children
 from tests.chaos.programs import LEASE_TTL, POLL, Boom, GetDone, Good, Victim
 
+pytestmark = pytest.mark.slow  # crash tests: real child processes, real signals
+
 MAX_ATTEMPTS = 3
 GOODS = 5
 

@@ -14,6 +14,8 @@ import tether
 from tests.chaos.harness import Children
 from tests.chaos.programs import LEASE_TTL, POLL, JobDone
 
+pytestmark = pytest.mark.slow  # crash tests: real child processes, real signals
+
 JOBS = 20
 
 

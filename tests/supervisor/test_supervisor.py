@@ -347,3 +347,52 @@ async def test_restarts_are_span_events_when_tracing_is_configured() -> None:
     assert "tether.directive_restart" in events
     assert any(s.name == "tether.handle" for s in exporter.get_finished_spans())
     assert trace.get_tracer_provider() is not provider
+
+
+async def test_a_journal_write_failure_is_never_resumed_the_actor_is_rebuilt_from_the_store() -> (
+    None
+):
+    """The outcome of a failed commit is unknown: the instance is replaced and re-folded, and
+    the message is delivered again from the mailbox."""
+    from tether.runtime.store import Batch, BatchResult
+
+    async with runtime() as rt:
+        w = await rt.spawn(a.Worker, "w")
+        await w.tell(a.Work())
+        real_apply = rt.store.apply
+        failures = 0
+
+        async def flaky_apply(batch: Batch) -> BatchResult:
+            nonlocal failures
+            if failures < 2 and any(s.actor_id == "w" and s.events for s in batch.steps):
+                failures += 1
+                raise OSError("disk I/O error")
+            return await real_apply(batch)
+
+        rt.store.apply = flaky_apply  # type: ignore[method-assign]
+        mark = len(a.events)
+        await w.tell(a.Work())
+        assert await w.ask(a.Count(), timeout=5) == 2
+        assert failures == 2
+        assert since(mark)[:2] == [("stop", "w"), ("start", "w")]  # rebuilt, not resumed
+
+
+async def test_backoff_starts_over_after_a_quiet_period() -> None:
+    """After reset_after seconds without a restart, the next delay is drawn from the first cap."""
+    clock = FakeClock()
+    async with runtime(clock=clock) as rt:
+        await rt.spawn(a.BackoffSup, "sup")
+        b1 = rt.ref("b1")
+        for key, expected_streak in (("one", 1), ("two", 2)):
+            await b1.tell(a.Crash(key=key))
+            await until(lambda: clock.sleepers == 1)
+            clock.advance(40)
+            await until(lambda: rt.cells.get("b1") is not None and rt.cells["b1"].ready.is_set())
+            await b1.ask(a.Count(), timeout=5)
+            assert rt.cells["sup"].state.streak["b1"] == expected_streak
+        clock.advance(301)  # quiet for longer than reset_after=300
+        await b1.tell(a.Crash(key="three"))
+        await until(lambda: clock.sleepers == 1)
+        assert rt.cells["sup"].state.streak["b1"] == 1
+        clock.advance(10)
+        await b1.ask(a.Count(), timeout=5)

@@ -198,12 +198,16 @@ class Runtime:
                     await cell.exited.wait()
             await self.committer.close()  # drains, so no transaction is cut short by cancellation
         tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.store.remove_runtime(self.runtime_id)
-            finally:
-                await self.store.close()
+        try:
+            await tg.__aexit__(None, None, None)
+        finally:
+            # Always close the store: aiosqlite's threads are not daemons, and an unclosed
+            # connection keeps the interpreter from exiting.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.store.remove_runtime(self.runtime_id)
+                finally:
+                    await self.store.close()
         for futs in self._asks.values():
             for fut in futs:
                 if not fut.done():
