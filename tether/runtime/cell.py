@@ -530,8 +530,8 @@ class Cell:
             case "restart":
                 if decision.delay > 0:
                     sup.held[self._actor_id] = "backing off"
-                    telemetry.log.info(
-                        "actor_backing_off", actor_id=self._actor_id, delay=decision.delay
+                    telemetry.supervision_event(
+                        "actor_backing_off", self._actor_id, delay=decision.delay
                     )
                     await self.runtime.time.sleep(decision.delay)
                 sup.held[self._actor_id] = "restarting"

@@ -353,7 +353,7 @@ class Runtime:
             self._known[actor_id] = (spec, "stopped")
         finally:
             self._stopping.discard(actor_id)
-        telemetry.log.info("actor_stopped", actor_id=actor_id, reason=reason)
+        telemetry.supervision_event("actor_stopped", actor_id, reason=reason)
 
     async def _prepare(
         self,

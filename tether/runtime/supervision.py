@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
-from opentelemetry import trace
 
 from tether.actors.actor import import_class
 from tether.errors import ActorStopped
@@ -108,7 +107,14 @@ class Supervision:
             self.failures.pop(failure_id, None)
         if decision.kind in ("resume", "restart") and self.held.get(actor_id) == "restarting":
             del self.held[actor_id]  # it carries on in place; "exit" stays held for its supervisor
-        _event(f"directive_{decision.kind}", actor_id, reason=decision.reason, delay=decision.delay)
+        count, _ = self.counts(actor_id, cell.parent_id)
+        _event(
+            f"directive_{decision.kind}",
+            actor_id,
+            reason=decision.reason,
+            delay=decision.delay,
+            count=count,
+        )
         return decision
 
     async def _root_decision(
@@ -250,11 +256,4 @@ class Supervision:
         return state.counts.get(actor_id, 0), state.last_failure.get(actor_id)
 
 
-def _event(name: str, actor_id: str, **fields: Any) -> None:
-    """Every restart, stop, escalation and backoff: a structlog event and a span event."""
-    telemetry.log.info(name, actor_id=actor_id, **fields)
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event(
-            f"tether.{name}", {"actor_id": actor_id, **{k: str(v) for k, v in fields.items()}}
-        )
+_event = telemetry.supervision_event

@@ -59,3 +59,14 @@ def tracing_enabled() -> bool:
         _enabled = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
         _checked_at = now
     return _enabled
+
+
+def supervision_event(name: str, actor_id: str, **fields: object) -> None:
+    """Every restart, stop, escalation and backoff: a structlog event and, inside a recorded
+    span, a span event with the same fields."""
+    log.info(name, actor_id=actor_id, **fields)
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(
+            f"tether.{name}", {"actor_id": actor_id, **{k: str(v) for k, v in fields.items()}}
+        )
