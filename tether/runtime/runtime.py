@@ -167,9 +167,9 @@ class Runtime:
             raise
         self._open = True
         self._tg.start_soon(self.committer.run)
-        self._tg.start_soon(self._scheduler)
-        self._tg.start_soon(self._renew_leases)
-        self._tg.start_soon(self._purge)
+        self._tg.start_soon(self._keep_running, "scheduler", self._scheduler)
+        self._tg.start_soon(self._keep_running, "lease_renewal", self._renew_leases)
+        self._tg.start_soon(self._keep_running, "retention_purge", self._purge)
         telemetry.log.info(
             "runtime_opened", runtime_id=self.runtime_id, store=self.path or ":memory:"
         )
@@ -467,7 +467,10 @@ class Runtime:
                     continue
                 self._resolve(reply.msg_id, value)
             else:
-                errors = msgspec.msgpack.decode(reply.payload, type=list[str])
+                try:
+                    errors = msgspec.msgpack.decode(reply.payload, type=list[str])
+                except msgspec.DecodeError:
+                    errors = ["(the stored error history cannot be decoded)"]
                 self._resolve(
                     reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
                 )
@@ -617,6 +620,16 @@ class Runtime:
             done.set()
 
     # -- background tasks ---------------------------------------------------------------------
+
+    async def _keep_running(self, name: str, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run a background loop; a store error is logged and the loop starts again after a
+        pause, so one bad read never stops the runtime from serving."""
+        while True:
+            try:
+                await fn()
+            except Exception as exc:  # noqa: BLE001 - logged; the loop restarts
+                telemetry.log.error("background_task_failed", task=name, error=repr(exc))
+                await anyio.sleep(min(5.0, self.poll_interval * 10))
 
     async def _scheduler(self) -> None:
         """Find work this process must do: messages from other processes, delayed messages

@@ -13,6 +13,7 @@ the supervisor stop all its children (reverse start order) and fail, escalating 
 
 from __future__ import annotations
 
+import abc
 import random
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias
@@ -72,7 +73,7 @@ class Backoff:
         )
 
 
-class Strategy:
+class Strategy(abc.ABC):
     """Base of the three restart strategies."""
 
     name: str = ""
@@ -88,9 +89,9 @@ class Strategy:
         self.within = float(within)
         self.backoff = backoff
 
+    @abc.abstractmethod
     def affected(self, order: list[str], failed: str) -> list[str]:
         """The children (in start order) that restart when ``failed`` fails."""
-        raise NotImplementedError  # pragma: no cover - every strategy below overrides it
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_restarts={self.max_restarts}, within={self.within}, backoff={self.backoff!r})"
