@@ -390,3 +390,27 @@ async def test_unstorable_spawn_arguments_are_refused() -> None:
             await rt.spawn(s.Greeter, "g", greeting=object())
         with pytest.raises(tether.ActorNotFound):
             await rt.lookup("g")
+
+
+async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(
+    tmp_path: Path,
+) -> None:
+    """Background loops log a store error and start again; delayed messages still arrive."""
+    async with fast(tmp_path / "a.db") as rt:
+        acct = await rt.spawn(s.Account, "acct-1")
+        real = rt.store.new_messages
+        calls = 0
+
+        async def flaky(after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+            nonlocal calls
+            calls += 1
+            if calls <= 2:
+                raise OSError("disk I/O error")
+            return await real(after_seq, now, limit)
+
+        rt.store.new_messages = flaky  # type: ignore[method-assign]
+        await acct.tell(s.Deposit(amount=3), delay=0.1)
+        with anyio.fail_after(10):
+            while await acct.ask(s.GetBalance(), timeout=5) != 3:
+                await anyio.sleep(0.02)
+        assert calls > 2
