@@ -27,8 +27,7 @@ class DeadLetters:
 
     async def retry(self, msg_id: str) -> None:
         """Put the message back at the end of its actor's mailbox with a fresh attempt count."""
-        letters = {d.msg_id: d for d in await self._rt.store.dead_letters()}
-        letter = letters.get(msg_id)
+        letter = await self._rt.store.dead_letter(msg_id)
         if letter is None:
             raise DeadLetterNotFound(msg_id)
         rec = await self._rt.store.get_actor(letter.actor_id)

@@ -315,6 +315,10 @@ class MemoryStore:
         out = [d for d in self.dead.values() if actor_id is None or d.actor_id == actor_id]
         return sorted(out, key=lambda d: d.created_at)
 
+    async def dead_letter(self, msg_id: str) -> DeadLetter | None:
+        self._check()
+        return self.dead.get(msg_id)
+
     async def retry_dead_letter(self, msg_id: str, now: float) -> DeadLetter | None:
         self._check()
         d = self.dead.pop(msg_id, None)

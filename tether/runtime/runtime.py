@@ -237,11 +237,7 @@ class Runtime:
         self._check_open()
         _check_id(actor_id)
         spec = actor_spec(actor_class)
-        try:
-            init_bytes = self.encode(init)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise ConfigError(f"spawn arguments of {actor_id!r} cannot be stored: {exc}") from exc
-        _decode_init(spec, init_bytes)  # the values recovery will see, checked now
+        init_bytes = self._encode_init(spec, actor_id, init)
         record = ActorRecord(
             actor_id=actor_id,
             class_path=spec.class_path,
@@ -267,6 +263,15 @@ class Runtime:
         if cell is not None:
             await cell.ready.wait()  # like OTP's start_link: on_start has run when spawn returns
         return ActorRef(self, actor_id)
+
+    def _encode_init(self, spec: ActorSpec, actor_id: str, init: dict[str, Any]) -> bytes:
+        """Spawn arguments as stored; checked now against what recovery will decode."""
+        try:
+            encoded = self.encode(init)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise ConfigError(f"spawn arguments of {actor_id!r} cannot be stored: {exc}") from exc
+        _decode_init(spec, encoded)
+        return encoded
 
     def ref(self, actor_id: str) -> ActorRef:
         """The ref of an existing actor, active or passivated. Sends through it raise
@@ -725,13 +730,7 @@ class Runtime:
 
         cls_spec = actor_spec(spec.actor_class)
         _check_id(spec.child_id)
-        try:
-            init = self.encode(spec.init)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise ConfigError(
-                f"spawn arguments of {spec.child_id!r} cannot be stored: {exc}"
-            ) from exc
-        _decode_init(cls_spec, init)
+        init = self._encode_init(cls_spec, spec.child_id, spec.init)
         msg = AddChild(
             child_id=spec.child_id,
             class_path=cls_spec.class_path,

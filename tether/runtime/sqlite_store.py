@@ -589,6 +589,14 @@ class SqliteStore:
         )
         return str(rows[0][0]) if rows else None
 
+    async def dead_letter(self, msg_id: str) -> DeadLetter | None:
+        rows = await self._read(
+            "SELECT msg_id, actor_id, type, payload, attempts, errors, reason, created_at "
+            "FROM dead_letters WHERE msg_id = ?",
+            (msg_id,),
+        )
+        return _dead_letter(rows[0]) if rows else None
+
     async def watchers(self, actor_id: str) -> list[str]:
         rows = await self._read(
             "SELECT watcher FROM watches WHERE watched = ? ORDER BY watcher", (actor_id,)
@@ -652,11 +660,8 @@ class SqliteStore:
         )
 
     async def retry_dead_letter(self, msg_id: str, now: float) -> DeadLetter | None:
-        rows = await self._read(
-            "SELECT msg_id, actor_id, type, payload, attempts, errors, reason, created_at FROM dead_letters WHERE msg_id = ?",
-            (msg_id,),
-        )
-        if not rows:
+        letter = await self.dead_letter(msg_id)
+        if letter is None:
             return None
         moved = await self._write(
             [
@@ -669,7 +674,7 @@ class SqliteStore:
                 ("DELETE FROM replies WHERE msg_id = ?", (msg_id,)),
             ]
         )
-        return _dead_letter(rows[0]) if moved[0] == 1 else None
+        return letter if moved[0] == 1 else None
 
     async def discard_dead_letter(self, msg_id: str) -> bool:
         return (await self._write([("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,))]))[
