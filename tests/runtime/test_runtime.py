@@ -414,3 +414,21 @@ async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(
             while await acct.ask(s.GetBalance(), timeout=5) != 3:
                 await anyio.sleep(0.02)
         assert calls > 2
+
+
+async def test_a_message_to_an_idle_local_actor_counts_its_attempt_in_the_insert(
+    tmp_path: Path,
+) -> None:
+    """Two commits per message (insert with the attempt counted, then the step), not three;
+    the stored attempt count is still 1 while the handler runs (I7)."""
+    db = tmp_path / "a.db"
+    async with fast(db) as rt:
+        acct = await rt.spawn(s.Account, "acct-1")
+        assert await acct.ask(s.GetBalance(), timeout=5) == 0
+        before = rt.stats()["commits"]
+        assert await acct.ask(s.GetBalance(), timeout=5) == 0
+        assert rt.stats()["commits"] - before == 2
+        await acct.tell(s.Sleep(seconds=0.3))
+        await anyio.sleep(0.1)
+        with sqlite3.connect(db) as con:
+            assert con.execute("SELECT attempts FROM mailbox").fetchall() == [(1,)]

@@ -135,7 +135,7 @@ class MemoryStore:
                     result.duplicates[m.msg_id] = stored
                     continue
             self._seq += 1
-            mailbox[m.msg_id] = _Row(seq=self._seq, msg=m)
+            mailbox[m.msg_id] = _Row(seq=self._seq, msg=m, attempts=m.attempts)
 
         for s in steps:
             if s.events:

@@ -305,6 +305,7 @@ class Runtime:
         if step is not None and not step.closed and step.cell.runtime is self:
             step.outbox.append(new)  # committed with the sender's step (I2)
             return
+        self._claim_on_insert(new)
         result = await self.committer.submit(new)
         if new.msg_id not in result.duplicates:
             self._route(new)
@@ -321,6 +322,7 @@ class Runtime:
         self._wait_reply(waiting_on, actor_id, fut)
         try:
             with anyio.fail_after(timeout):
+                self._claim_on_insert(new)
                 result = await self.committer.submit(new)
                 original = result.duplicates.get(new.msg_id)
                 if original is None:
@@ -398,6 +400,20 @@ class Runtime:
             wants_reply=wants_reply,
         )
 
+    def _claim_on_insert(self, new: NewMessage) -> None:
+        """Count the first delivery attempt in the insert itself when the receiver is idle and
+        active here, so it will run this message next: one commit fewer per message. If the
+        process dies first, the message has one attempt too many, never one too few (I7)."""
+        cell = self.cells.get(new.actor_id)
+        if (
+            cell is not None
+            and cell.instance is not None
+            and cell.current is None
+            and not cell.buffer
+            and new.deliver_at <= self.clock()
+        ):
+            new.attempts = 1
+
     def _route(self, new: NewMessage) -> None:
         """After ``new`` committed: hand it to its cell here, or wake whoever must run it."""
         if new.deliver_at > self.clock():
@@ -406,6 +422,8 @@ class Runtime:
             return
         cell = self.cells.get(new.actor_id)
         if cell is not None:
+            if new.attempts and new.msg_id not in cell.known:
+                cell.claimed.add(new.msg_id)
             cell.offer(
                 StoredMessage(
                     msg_id=new.msg_id,
@@ -413,7 +431,7 @@ class Runtime:
                     type=new.type,
                     payload=new.payload,
                     deliver_at=new.deliver_at,
-                    attempts=0,
+                    attempts=new.attempts,
                     errors=[],
                     wants_reply=new.wants_reply,
                 )

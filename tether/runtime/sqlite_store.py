@@ -350,8 +350,8 @@ class SqliteStore:
                     [(m.actor_id, m.dedup_key, m.msg_id, m.created_at) for m in keyed],
                 )
             await db.executemany(
-                "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at) "
-                "SELECT ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
+                "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts) "
+                "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
                 "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
                 [
                     (
@@ -362,6 +362,7 @@ class SqliteStore:
                         m.deliver_at,
                         int(m.wants_reply),
                         m.created_at,
+                        m.attempts,
                         m.actor_id,
                         m.dedup_key,
                         m.msg_id,

@@ -93,6 +93,10 @@ class NewMessage(msgspec.Struct):
     created_at: float
     dedup_key: str | None = None
     wants_reply: bool = False
+    # Delivery attempts already counted: 1 when the message is sent to an idle actor active in
+    # the sending process, whose first attempt is then counted by the insert itself (I7)
+    # instead of by a separate claim commit.
+    attempts: int = 0
 
 
 class Spawn(msgspec.Struct):
