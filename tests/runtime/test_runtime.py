@@ -388,8 +388,13 @@ async def test_unstorable_spawn_arguments_are_refused() -> None:
     async with tether.Runtime(":memory:") as rt:
         with pytest.raises(tether.ConfigError, match="cannot be stored"):
             await rt.spawn(s.Greeter, "g", greeting=object())
-        with pytest.raises(tether.ActorNotFound):
-            await rt.lookup("g")
+        with pytest.raises(tether.ConfigError, match="greeting"):
+            await rt.spawn(s.Greeter, "g")  # a required constructor argument is missing
+        with pytest.raises(tether.ConfigError, match="takes no spawn arguments"):
+            await rt.spawn(s.Account, "acct", colour="red")
+        for actor_id in ("g", "acct"):
+            with pytest.raises(tether.ActorNotFound):
+                await rt.lookup(actor_id)
 
 
 async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(

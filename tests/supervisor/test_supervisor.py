@@ -290,6 +290,10 @@ def test_bad_supervision_settings_are_refused() -> None:
         tether.ChildSpec(a.Worker, "x", restart="sometimes")  # type: ignore[arg-type]
     with pytest.raises(tether.ConfigError, match="shutdown"):
         tether.ChildSpec(a.Worker, "x", shutdown=-1)
+    with pytest.raises(tether.ConfigError, match="cannot be stored"):
+        tether.ChildSpec(a.Worker, "x", handle=object())
+    with pytest.raises(tether.ConfigError, match="takes no spawn arguments"):
+        tether.ChildSpec(a.Worker, "x", colour="red")
     with pytest.raises(tether.ConfigError, match="Backoff"):
         tether.Backoff(initial=5, max=1)
 

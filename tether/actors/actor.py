@@ -149,6 +149,26 @@ def actor_spec(cls: type[Any]) -> ActorSpec:
     return spec
 
 
+def check_init(cls: type[Any], init: dict[str, Any], where: str) -> bytes:
+    """Encode spawn arguments as they will be stored, after checking that they can be stored
+    and that ``cls(**init)`` would accept them. Raises ``ConfigError`` naming ``where``."""
+    try:
+        encoded = msgspec.msgpack.encode(init)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ConfigError(f"{where}: spawn arguments cannot be stored: {exc}") from exc
+    if cls.__init__ is object.__init__:
+        if init:
+            raise ConfigError(
+                f"{where}: {cls.__qualname__} takes no spawn arguments, got {sorted(init)}"
+            )
+    else:
+        try:
+            inspect.signature(cls.__init__).bind(None, **init)
+        except TypeError as exc:
+            raise ConfigError(f"{where}: cannot construct {cls.__qualname__}: {exc}") from exc
+    return encoded
+
+
 def class_path(cls: type[Any]) -> str:
     """``module:qualname``, the form stored in the actor registry and imported on recovery."""
     if "<locals>" in cls.__qualname__:

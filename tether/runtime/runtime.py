@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 import anyio
 import msgspec
 
-from tether.actors.actor import Actor, ActorSpec, actor_spec, import_class
+from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, import_class
 from tether.actors.messages import Message, Terminated
 from tether.actors.ref import ActorRef
 from tether.errors import (
@@ -266,10 +266,7 @@ class Runtime:
 
     def _encode_init(self, spec: ActorSpec, actor_id: str, init: dict[str, Any]) -> bytes:
         """Spawn arguments as stored; checked now against what recovery will decode."""
-        try:
-            encoded = self.encode(init)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise ConfigError(f"spawn arguments of {actor_id!r} cannot be stored: {exc}") from exc
+        encoded = check_init(spec.cls, init, f"cannot spawn {actor_id!r}")
         _decode_init(spec, encoded)
         return encoded
 

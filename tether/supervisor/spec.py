@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias
 
+from tether.actors.actor import check_init
 from tether.errors import ConfigError
 
 RestartType: TypeAlias = Literal["permanent", "transient", "temporary"]
@@ -161,6 +162,7 @@ class ChildSpec:
             raise ConfigError(
                 f"child {child_id!r}: shutdown must be seconds >= 0, 'brutal' or 'infinity', not {shutdown!r}"
             )
+        check_init(actor_class, init, f"child {child_id!r}")
         self.actor_class = actor_class
         self.child_id = child_id
         self.restart: RestartType = restart
