@@ -437,3 +437,15 @@ async def test_a_message_to_an_idle_local_actor_counts_its_attempt_in_the_insert
         await anyio.sleep(0.1)
         with sqlite3.connect(db) as con:
             assert con.execute("SELECT attempts FROM mailbox").fetchall() == [(1,)]
+
+
+async def test_a_failed_attempt_and_the_count_of_its_redelivery_share_one_commit() -> None:
+    """insert, failure (+ the retry's attempt), step: three commits for one retried message."""
+    s.failures.clear()
+    async with fast(":memory:") as rt:
+        acct = await rt.spawn(s.Account, "acct-1")
+        assert await acct.ask(s.GetBalance(), timeout=5) == 0
+        before = rt.stats()["commits"]
+        await acct.ask(s.Fail(key="once", times=1), timeout=5)
+        assert rt.stats()["commits"] - before == 3
+        assert await acct.ask(s.GetLog(), timeout=5) == [1000]

@@ -102,7 +102,9 @@ class Cell:
         self.fence = fence
         self.buffer: deque[StoredMessage] = deque()
         self.known: set[str] = set()  # msg ids in the buffer or being processed
-        self.claimed: set[str] = set()  # msg ids whose current attempt is already counted
+        # msg ids whose next attempt is already counted in the store: the runtime's, so that
+        # a new instance after a restart does not count it again
+        self.claimed = runtime.claimed
         self.seq = 0
         self._state: Any = None
         self.instance: Actor[Any] | None = None
@@ -517,8 +519,11 @@ class Cell:
                 await self._fail(m, errors, f"failed {m.attempts} times")
             else:
                 m.errors = errors
-                await self._commit(AttemptFailed(self._actor_id, self.fence, m.msg_id, errors))
-                self.claimed.discard(m.msg_id)
+                # The same write counts the redelivery's attempt: one commit per failure, not two.
+                await self._commit(
+                    AttemptFailed(self._actor_id, self.fence, m.msg_id, errors, claim_again=True)
+                )
+                m.attempts += 1
         await self._act_on(await self.runtime.supervision.report(self, exc))
 
     async def _act_on(self, decision: Decision) -> None:
@@ -585,9 +590,10 @@ class Cell:
             raise Deactivate(str(exc)) from exc
 
     def _state_lost(self) -> None:
+        # Another owner may count attempts now: what we knew is no longer ours to skip.
+        self.claimed.difference_update(self.known)
         self.buffer.clear()
         self.known.clear()
-        self.claimed.clear()
 
     async def _reload(self) -> None:
         self._state_lost()

@@ -176,7 +176,9 @@ class MemoryStore:
                 continue
             row = mailbox.get(f.msg_id)
             if row is not None:
-                mailbox[f.msg_id] = msgspec.structs.replace(row, errors=list(f.errors))
+                mailbox[f.msg_id] = msgspec.structs.replace(
+                    row, errors=list(f.errors), attempts=row.attempts + int(f.claim_again)
+                )
             if f.dead_letter_reason is not None:
                 dead_letter(f.msg_id, f.dead_letter_reason, f.now)
 

@@ -130,6 +130,7 @@ class Runtime:
         self.runtime_id = f"{self.host}-{os.getpid()}-{secrets.token_hex(4)}"
         self.committer = GroupCommitter(store)
         self.cells: dict[str, Cell] = {}
+        self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
         self.dead_letters = DeadLetters(self)
         self.supervision = Supervision(self)
 
@@ -420,7 +421,7 @@ class Runtime:
         cell = self.cells.get(new.actor_id)
         if cell is not None:
             if new.attempts and new.msg_id not in cell.known:
-                cell.claimed.add(new.msg_id)
+                self.claimed.add(new.msg_id)
             cell.offer(
                 StoredMessage(
                     msg_id=new.msg_id,
@@ -546,6 +547,9 @@ class Runtime:
     def cell_exited(self, cell: Cell) -> None:
         if self.cells.get(cell.actor_id) is cell:
             del self.cells[cell.actor_id]
+        known = self._known.get(cell.actor_id)
+        if known is not None and known[1] != "active":  # stopped for good: its messages are gone
+            self.claimed.difference_update(cell.known)
         children = getattr(cell.instance, "child_entries", None)
         if children is not None and self.supervision.failures:
             self.supervision.supervisor_left(cell.actor_id, {e.child_id for e in children()})

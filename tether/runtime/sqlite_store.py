@@ -425,8 +425,8 @@ class SqliteStore:
         failures = [f for f in b.failures if f.actor_id not in stale]
         if failures:
             await db.executemany(
-                "UPDATE mailbox SET errors = ? WHERE msg_id = ?",
-                [(_encode(f.errors), f.msg_id) for f in failures],
+                "UPDATE mailbox SET errors = ?, attempts = attempts + ? WHERE msg_id = ?",
+                [(_encode(f.errors), int(f.claim_again), f.msg_id) for f in failures],
             )
             dead = [f for f in failures if f.dead_letter_reason is not None]
             if dead:

@@ -172,6 +172,7 @@ class AttemptFailed(msgspec.Struct):
     errors: list[str]
     dead_letter_reason: str | None = None  # set: move to dead letters with this reason
     now: float = 0.0
+    claim_again: bool = False  # also count the attempt of the redelivery that follows
 
 
 FencedWrite = LeaseRelease | StepCommit | Claim | AttemptFailed

@@ -191,7 +191,8 @@ class Supervision:
         if not cell.exited.is_set():
             # It ignores cancellation. Abandon it: the next activation takes a new fencing
             # token, so whatever it still tries to commit is rejected (I8).
-            self.rt.cells.pop(actor_id, None) if self.rt.cells.get(actor_id) is cell else None
+            if self.rt.cells.get(actor_id) is cell:
+                del self.rt.cells[actor_id]
             _event("child_abandoned", actor_id, shutdown=str(shutdown))
         _event("child_shut_down", actor_id, status=status)
 
