@@ -9,22 +9,38 @@ from tether.actors.messages import Event as Event
 from tether.actors.messages import Message as Message
 from tether.actors.messages import Terminated as Terminated
 from tether.actors.ref import ActorRef as ActorRef
+from tether.actors.tool import Done as Done
+from tether.actors.tool import NotDone as NotDone
+from tether.actors.tool import RetryPolicy as RetryPolicy
+from tether.actors.tool import Tool as Tool
+from tether.actors.tool import Unknown as Unknown
+from tether.actors.tool import tool as tool
 from tether.errors import ActorNotFound as ActorNotFound
 from tether.errors import ActorStopped as ActorStopped
 from tether.errors import AskTimeout as AskTimeout
 from tether.errors import ConfigError as ConfigError
 from tether.errors import CorruptRecordError as CorruptRecordError
 from tether.errors import DeadLetterNotFound as DeadLetterNotFound
+from tether.errors import DeterminismViolation as DeterminismViolation
+from tether.errors import EffectAborted as EffectAborted
+from tether.errors import EffectNotFound as EffectNotFound
 from tether.errors import JournalWriteError as JournalWriteError
 from tether.errors import MessageDeadLettered as MessageDeadLettered
 from tether.errors import MessageRejected as MessageRejected
 from tether.errors import RuntimeClosed as RuntimeClosed
 from tether.errors import SchemaVersionError as SchemaVersionError
 from tether.errors import StaleLeaseError as StaleLeaseError
+from tether.errors import StepSuspended as StepSuspended
 from tether.errors import StoreError as StoreError
 from tether.errors import StoreOpenError as StoreOpenError
 from tether.errors import TetherError as TetherError
+from tether.errors import ToolError as ToolError
+from tether.errors import ToolFailed as ToolFailed
+from tether.errors import ToolInputError as ToolInputError
+from tether.errors import ToolUnavailable as ToolUnavailable
+from tether.errors import TransientToolError as TransientToolError
 from tether.runtime.memory_store import MemoryStore as MemoryStore
+from tether.runtime.quarantine import QuarantinedEffect as QuarantinedEffect
 from tether.runtime.runtime import Runtime as Runtime
 from tether.runtime.sqlite_store import SqliteStore as SqliteStore
 from tether.runtime.store import DeadLetter as DeadLetter
@@ -44,6 +60,14 @@ __all__ = (
     "Event",
     "Message",
     "Terminated",
+    # effects
+    "tool",
+    "Tool",
+    "RetryPolicy",
+    "Done",
+    "NotDone",
+    "Unknown",
+    "QuarantinedEffect",
     # supervision
     "Supervisor",
     "OneForOne",
@@ -74,4 +98,13 @@ __all__ = (
     "CorruptRecordError",
     "StaleLeaseError",
     "JournalWriteError",
+    "EffectNotFound",
+    "ToolError",
+    "ToolInputError",
+    "ToolFailed",
+    "TransientToolError",
+    "ToolUnavailable",
+    "EffectAborted",
+    "DeterminismViolation",
+    "StepSuspended",
 )

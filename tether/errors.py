@@ -11,6 +11,14 @@
     ├── AskTimeout (TimeoutError)           no reply within the ask's timeout
     ├── MessageDeadLettered                 the asked message failed max_attempts times
     ├── RuntimeClosed                       the Runtime is not open
+    ├── EffectNotFound (LookupError)        no quarantined effect with that key
+    ├── ToolError                           an effect did not produce a result
+    │   ├── ToolInputError (ValueError)     the arguments do not fit the tool's schema; nothing ran
+    │   ├── ToolFailed                      the tool raised; the error is recorded and replayed
+    │   ├── TransientToolError              raised BY a tool: not carried out, safe to call again
+    │   ├── ToolUnavailable                 the tool's circuit breaker is open; retry after retry_at
+    │   ├── EffectAborted                   a person aborted the quarantined effect
+    │   └── DeterminismViolation            a replayed step asked for a different effect
     └── StoreError                          the store could not do what was asked
         ├── StoreOpenError                  the store file cannot be opened or created
         ├── SchemaVersionError              the store was written by an unknown schema version
@@ -19,7 +27,9 @@
         └── JournalWriteError               a commit failed; its outcome is unknown
 
 Cancellation is never wrapped or swallowed: anyio's cancellation exceptions pass through
-every layer untouched.
+every layer untouched. Outside the tree, ``StepSuspended`` (a ``BaseException``, like
+cancellation) unwinds a handler whose step must wait for a person; the runtime catches it and
+delivers the message again once the wait is over. Handlers must let it pass.
 """
 
 from __future__ import annotations
@@ -131,3 +141,92 @@ class StaleLeaseError(StoreError):
 
 class JournalWriteError(StoreError):
     """A commit failed. Its outcome is unknown, so the step is never resumed in place."""
+
+
+class EffectNotFound(TetherError, LookupError):
+    """No effect with this key is waiting to be resolved."""
+
+    def __init__(self, key: str, why: str = "no quarantined effect has this key") -> None:
+        self.key = key
+        super().__init__(f"effect {key!r}: {why}")
+
+
+class ToolError(TetherError):
+    """An effect did not produce a result. ``tool`` names the tool."""
+
+    def __init__(self, tool: str, message: str) -> None:
+        self.tool = tool
+        super().__init__(f"tool {tool!r}: {message}")
+
+
+class ToolInputError(ToolError, ValueError):
+    """The arguments do not fit the tool's input schema. Nothing was recorded or run."""
+
+    def __init__(self, tool: str, problem: str) -> None:
+        self.problem = problem
+        super().__init__(tool, f"invalid arguments: {problem}")
+
+
+class ToolFailed(ToolError):
+    """The tool raised. Its receipt holds the error, so a replay raises the same error again
+    without calling the tool."""
+
+    def __init__(self, tool: str, key: str, error: str, attempts: int) -> None:
+        self.key = key
+        self.error = error
+        self.attempts = attempts
+        super().__init__(tool, f"failed after {attempts} attempt(s): {error}")
+
+
+class TransientToolError(ToolError):
+    """Raised by a tool to say the call was NOT carried out and may be made again (a 429, a
+    503, a refused connection). The effect is retried under the tool's retry policy."""
+
+    def __init__(self, tool: str, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(tool, message)
+
+
+class ToolUnavailable(ToolError):
+    """The tool's circuit breaker is open: the call was not made. Retry after ``retry_at``."""
+
+    def __init__(self, tool: str, reason: str, retry_at: float, retry_in: float) -> None:
+        self.reason = reason
+        self.retry_at = retry_at
+        self.retry_in = retry_in
+        super().__init__(
+            tool, f"unavailable ({reason}); the call was not made; retry in {retry_in:.1f} s"
+        )
+
+
+class EffectAborted(ToolError):
+    """A person aborted a quarantined effect: it will not run, and the step must go on without it."""
+
+    def __init__(self, tool: str, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(tool, f"effect {key} was aborted: {reason}")
+
+
+class DeterminismViolation(ToolError):
+    """A replayed step asked, at an effect index already recorded, for a different tool or
+    input. The call is refused and held for a person, never executed (I5)."""
+
+    def __init__(self, tool: str, key: str, detail: str) -> None:
+        self.key = key
+        self.detail = detail
+        super().__init__(tool, f"determinism violation at effect {key}: {detail}")
+
+
+class StepSuspended(BaseException):
+    """Unwinds a handler whose step waits for a person (a quarantined effect or an approval).
+
+    Not an error: the runtime sets the message aside, durably, and delivers it again when the
+    wait is resolved; the step then replays from the start, its recorded effects answered from
+    the ledger. It derives from ``BaseException`` so that ``except Exception`` in a handler
+    does not swallow it; even if it is swallowed, the step is not committed.
+    """
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(why)

@@ -23,6 +23,7 @@ import msgspec
 
 from tether.actors.messages import Event, Message
 from tether.actors.ref import ActorRef
+from tether.actors.tool import Tool
 from tether.errors import ConfigError
 
 S = TypeVar("S")
@@ -48,6 +49,8 @@ class ActorCell(Protocol):
     def escalate(self, reason: str) -> None: ...
 
     async def watch(self, actor_id: str) -> None: ...
+
+    async def effect(self, tool: Any, args: dict[str, Any]) -> Any: ...
 
     @property
     def runtime(self) -> Any: ...
@@ -112,6 +115,18 @@ class Actor(Generic[S]):
     def stop(self, reason: str = "normal") -> None:
         """Stop this actor once the current step has committed."""
         self._tether_cell.stop_self(reason)
+
+    async def effect(self, tool: Tool, /, **args: Any) -> Any:
+        """Call ``tool`` through the effects ledger and return its result (I4, I5).
+
+        The intent is committed before the call and the receipt after it; when this step is
+        replayed (after a crash, a failure or a wait), a recorded result is returned without
+        calling the tool again. The tool receives the runtime's idempotency key if it declares
+        an ``idempotency_key`` parameter. Raises ``ToolInputError`` (bad arguments, nothing
+        recorded), ``ToolFailed``, ``ToolUnavailable``, ``EffectAborted`` or
+        ``DeterminismViolation``; a call that must wait for a person suspends the step.
+        """
+        return await self._tether_cell.effect(tool, args)
 
     async def watch(self, actor_id: str) -> None:
         """Receive ``tether.Terminated`` when ``actor_id`` stops for good (death watch).

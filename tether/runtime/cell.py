@@ -30,14 +30,24 @@ import msgspec
 from tether.actors.actor import Actor, ActorSpec
 from tether.actors.messages import Event
 from tether.actors.ref import ActorRef
-from tether.errors import ConfigError, CorruptRecordError, JournalWriteError, StaleLeaseError
-from tether.runtime import telemetry
+from tether.errors import (
+    ConfigError,
+    CorruptRecordError,
+    JournalWriteError,
+    StaleLeaseError,
+    StepSuspended,
+)
+from tether.runtime import effects, telemetry
 from tether.runtime.store import (
+    PARKED,
     AttemptFailed,
     Claim,
+    EffectRecord,
+    EffectWrite,
     JournalRow,
     LeaseRelease,
     NewMessage,
+    Park,
     Snapshot,
     StepCommit,
     StoredMessage,
@@ -55,7 +65,19 @@ current_step: ContextVar[Step | None] = ContextVar("tether_current_step", defaul
 class Step:
     """What one handler invocation has produced so far."""
 
-    __slots__ = ("cell", "closed", "escalate", "events", "outbox", "stop_reason")
+    __slots__ = (
+        "cell",
+        "closed",
+        "escalate",
+        "events",
+        "ledger",
+        "next_effect",
+        "outbox",
+        "park_effect",
+        "park_until",
+        "stop_reason",
+        "suspended",
+    )
 
     def __init__(self, cell: Cell) -> None:
         self.cell = cell
@@ -64,6 +86,19 @@ class Step:
         self.stop_reason: str | None = None
         self.escalate: str | None = None
         self.closed = False
+        self.next_effect = 0  # the index of the step's next effect (I5)
+        self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
+        # Set when the step must wait for a person: it is parked instead of committed.
+        self.suspended: str | None = None
+        self.park_effect: EffectRecord | None = None
+        self.park_until = PARKED
+
+    def suspend(self, reason: str, effect: EffectRecord | None, until: float = PARKED) -> None:
+        """Make this step wait: whatever the handler does next, it is parked, not committed."""
+        if self.suspended is None:
+            self.suspended = reason
+            self.park_effect = effect
+            self.park_until = until
 
 
 class Exit(Exception):
@@ -165,6 +200,16 @@ class Cell:
 
     async def watch(self, actor_id: str) -> None:
         await self.runtime.watch(self._actor_id, actor_id)
+
+    async def effect(self, tool: Any, args: dict[str, Any]) -> Any:
+        step = self.step
+        if step is None or step.closed:
+            raise ConfigError(f"{self._actor_id}: effect() is only allowed inside handle()")
+        return await effects.perform(self, step, tool, args)
+
+    async def commit_effect(self, write: EffectWrite) -> None:
+        """Commit one ledger row now (an intent must be durable before its call)."""
+        await self._commit(write)
 
     def stop_self(self, reason: str) -> None:
         if self.step is None or self.step.closed:
@@ -427,17 +472,28 @@ class Cell:
         self.step = step
         token = current_step.set(step)
         state_before = self._state
+        failure: Exception | None = None
         try:
             reply = await self.instance.handle(msg)  # type: ignore[union-attr]
             reply_bytes = rt.encode_reply(self.spec, reply) if m.wants_reply else None
+        except StepSuspended as exc:
+            if step.suspended is None:  # raised by hand, not by a wait the runtime knows of
+                failure = ConfigError(f"StepSuspended raised outside a wait: {exc.why}")
         except Exception as exc:  # noqa: BLE001 - a handler failure is supervision's business
-            self._state = state_before
-            await self._handler_failed(m, exc)
-            return
+            failure = exc
         finally:
             step.closed = True
             self.step = None
             current_step.reset(token)
+        if step.suspended is not None:
+            # Waiting for a person wins over whatever the handler did after the wait began.
+            self._state = state_before
+            await self._park(m, step)
+            return
+        if failure is not None:
+            self._state = state_before
+            await self._handler_failed(m, failure)
+            return
 
         events = step.events
         new_seq = self.seq + len(events)
@@ -496,6 +552,21 @@ class Cell:
             rt.actor_stopped_itself(self, step.stop_reason)
         elif step.escalate is not None:
             await self._act_on(await rt.supervision.report(self, SupervisorFailed(step.escalate)))
+
+    async def _park(self, m: StoredMessage, step: Step) -> None:
+        """Set the message aside until its wait is resolved; the actor goes on with the next."""
+        if m.local is not None:
+            raise ConfigError(f"{self._actor_id}: a system message cannot wait for a person")
+        await self._commit(
+            Park(self._actor_id, self.fence, m.msg_id, step.park_until, step.park_effect)
+        )
+        self.buffer.popleft()
+        self.known.discard(m.msg_id)
+        self.claimed.discard(m.msg_id)
+        self.runtime.parked.add(m.msg_id)
+        telemetry.log.info(
+            "step_parked", actor_id=self._actor_id, msg_id=m.msg_id, why=step.suspended
+        )
 
     async def _handler_failed(self, m: StoredMessage, exc: Exception) -> None:
         """Record the attempt's error (dead-lettering at max_attempts), then let supervision decide."""

@@ -22,10 +22,12 @@ from tether.runtime.store import (
     Batch,
     BatchResult,
     Claim,
+    EffectWrite,
     FencedWrite,
     LeaseAcquire,
     LeaseRelease,
     NewMessage,
+    Park,
     Revive,
     Spawn,
     StepCommit,
@@ -47,6 +49,8 @@ Write = (
     | StopActor
     | Revive
     | Watch
+    | EffectWrite
+    | Park
 )
 
 _FIELD: dict[type[Any], str] = {
@@ -60,6 +64,8 @@ _FIELD: dict[type[Any], str] = {
     StopActor: "stops",
     Revive: "revives",
     Watch: "watches",
+    EffectWrite: "effects",
+    Park: "parks",
 }
 
 

@@ -14,6 +14,7 @@ from tether.runtime.store import (
     Batch,
     BatchResult,
     DeadLetter,
+    EffectRecord,
     JournalRow,
     NewMessage,
     Reply,
@@ -28,6 +29,7 @@ class _Row(msgspec.Struct):
     msg: NewMessage
     attempts: int = 0
     errors: list[str] = msgspec.field(default_factory=list)
+    parks: int = 0
 
 
 class _ReplyRow(msgspec.Struct):
@@ -49,6 +51,7 @@ class MemoryStore:
         self.dead: dict[str, DeadLetter] = {}
         self.runtimes: dict[str, tuple[str, str, int, float]] = {}
         self.watches: dict[str, set[str]] = {}
+        self.effects: dict[tuple[str, str, int], EffectRecord] = {}
         self._seq = 0
 
     async def open(self) -> None:
@@ -182,6 +185,25 @@ class MemoryStore:
             if f.dead_letter_reason is not None:
                 dead_letter(f.msg_id, f.dead_letter_reason, f.now)
 
+        parks = [p for p in batch.parks if p.actor_id not in stale]
+        ledger = [e.record for e in batch.effects if e.actor_id not in stale]
+        ledger.extend(p.effect for p in parks if p.effect is not None)
+        for e in ledger:
+            slot = (e.actor_id, e.msg_id, e.idx)
+            old = self.effects.get(slot)
+            self.effects[slot] = (
+                e if old is None else msgspec.structs.replace(e, created_at=old.created_at)
+            )
+        for p in parks:
+            row = mailbox.get(p.msg_id)
+            if row is not None:
+                mailbox[p.msg_id] = msgspec.structs.replace(
+                    row,
+                    msg=msgspec.structs.replace(row.msg, deliver_at=p.until),
+                    attempts=max(row.attempts - 1, 0),
+                    parks=row.parks + 1,
+                )
+
         stop_ops: list[StopActor] = [s.stop for s in steps if s.stop is not None] + list(
             batch.stops
         )
@@ -240,6 +262,7 @@ class MemoryStore:
             errors=list(row.errors),
             wants_reply=m.wants_reply,
             seq=row.seq,
+            parks=row.parks,
         )
 
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
@@ -352,3 +375,65 @@ class MemoryStore:
         for m in old_replies:
             del self.replies[m]
         return len(old_keys) + len(old_replies)
+
+    # -- the effects ledger -------------------------------------------------------------------
+
+    async def effects_of(self, actor_id: str, msg_id: str) -> list[EffectRecord]:
+        self._check()
+        rows = [e for e in self.effects.values() if e.actor_id == actor_id and e.msg_id == msg_id]
+        return sorted(rows, key=lambda e: e.idx)
+
+    async def find_effects(
+        self, *, actor_id: str | None = None, status: str | None = None, key: str | None = None
+    ) -> list[EffectRecord]:
+        self._check()
+        rows = [
+            e
+            for e in self.effects.values()
+            if (actor_id is None or e.actor_id == actor_id)
+            and (status is None or e.status == status)
+            and (key is None or e.key == key)
+        ]
+        return sorted(rows, key=lambda e: (e.created_at, e.actor_id, e.msg_id, e.idx))
+
+    async def resolve_effect(
+        self, key: str, record: EffectRecord, now: float
+    ) -> EffectRecord | None:
+        self._check()
+        found = [e for e in self.effects.values() if e.key == key and e.status == "quarantined"]
+        if not found:
+            return None
+        old = found[0]
+        self.effects[(old.actor_id, old.msg_id, old.idx)] = msgspec.structs.replace(
+            record, created_at=old.created_at
+        )
+        self._unpark(old.msg_id, now)
+        return record
+
+    async def unpark(self, msg_id: str, now: float) -> bool:
+        self._check()
+        return self._unpark(msg_id, now)
+
+    def _unpark(self, msg_id: str, now: float) -> bool:
+        row = self.mailbox.get(msg_id)
+        if row is None or row.msg.deliver_at <= now:
+            return False
+        del self.mailbox[msg_id]  # re-inserted last: dict order is seq order
+        self._seq += 1
+        self.mailbox[msg_id] = msgspec.structs.replace(
+            row, seq=self._seq, msg=msgspec.structs.replace(row.msg, deliver_at=now)
+        )
+        return True
+
+    async def purge_receipts(self, before: float) -> int:
+        self._check()
+        old = [
+            slot
+            for slot, e in self.effects.items()
+            if e.status in ("done", "failed", "aborted")
+            and e.updated_at < before
+            and e.msg_id not in self.mailbox
+        ]
+        for slot in old:
+            del self.effects[slot]
+        return len(old)

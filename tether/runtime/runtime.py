@@ -41,6 +41,7 @@ from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.memory_store import MemoryStore
+from tether.runtime.quarantine import Quarantine
 from tether.runtime.sqlite_store import Durability, SqliteStore
 from tether.runtime.store import (
     ActorRecord,
@@ -80,6 +81,8 @@ class Runtime:
         passivate_after: seconds of idleness after which an actor leaves memory; None: never.
         poll_interval: seconds between scans for messages stored by other processes.
         retention: seconds to keep dedup keys and ask replies.
+        receipt_retention: seconds to keep finished effects (receipts) in the ledger after
+            their step committed; a redelivery within that time replays them.
         max_message_bytes: the largest encoded message ``tell`` accepts.
         clock: the time source for leases, delays, restart windows and backoff
             (``tether.testing.FakeClock`` in tests).
@@ -97,6 +100,7 @@ class Runtime:
         passivate_after: float | None = 300.0,
         poll_interval: float = 0.1,
         retention: float = 7 * 24 * 3600.0,
+        receipt_retention: float = 7 * 24 * 3600.0,
         max_message_bytes: int = 1 << 20,
         clock: Clock | None = None,
     ) -> None:
@@ -105,6 +109,7 @@ class Runtime:
         _positive("lease_ttl", lease_ttl)
         _positive("poll_interval", poll_interval)
         _positive("retention", retention)
+        _positive("receipt_retention", receipt_retention)
         _positive("max_message_bytes", max_message_bytes, integer=True)
         if passivate_after is not None:
             _positive("passivate_after", passivate_after)
@@ -123,6 +128,7 @@ class Runtime:
         self.passivate_after = passivate_after
         self.poll_interval = poll_interval
         self.retention = retention
+        self.receipt_retention = receipt_retention
         self.max_message_bytes = max_message_bytes
         self.time: Clock = clock if clock is not None else SystemClock()
         self.clock = self.time.now
@@ -131,8 +137,12 @@ class Runtime:
         self.committer = GroupCommitter(store)
         self.cells: dict[str, Cell] = {}
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
+        # msg ids this runtime parked: when they come back (unparked by any process), the
+        # scheduler must pick them up even though their ids carry this runtime's prefix
+        self.parked: set[str] = set()
         self.dead_letters = DeadLetters(self)
         self.supervision = Supervision(self)
+        self.quarantine = Quarantine(self)
 
         self._encoder = msgspec.msgpack.Encoder()
         self.encode = self._encoder.encode
@@ -672,8 +682,12 @@ class Runtime:
                 cell = self.cells.get(actor_id)
                 if cell is None:
                     touched[actor_id] = None
-                elif not msg_id.startswith(own) and msg_id not in cell.known:
-                    # Our own sends were handed to the cell right after their commit.
+                elif msg_id not in cell.known and (
+                    not msg_id.startswith(own) or msg_id in self.parked
+                ):
+                    # Our own sends were handed to the cell right after their commit; a parked
+                    # one comes back through the store.
+                    self.parked.discard(msg_id)
                     cell.rescan_requested = True
                     cell.wake.set()
             for actor_id in await self.store.due_between(last_due, now):
@@ -724,10 +738,12 @@ class Runtime:
 
     async def _purge(self) -> None:
         while True:
-            removed = await self.store.purge(self.clock() - self.retention)
+            now = self.clock()
+            removed = await self.store.purge(now - self.retention)
+            removed += await self.store.purge_receipts(now - self.receipt_retention)
             if removed:
                 telemetry.log.info("retention_purge", rows=removed)
-            await anyio.sleep(min(3600.0, self.retention / 4))
+            await anyio.sleep(min(3600.0, self.retention / 4, self.receipt_retention / 4))
 
     async def _reap_dead_runtimes(self) -> None:
         """Runtimes on this host whose process is gone give up their leases at once."""

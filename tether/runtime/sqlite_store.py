@@ -28,6 +28,7 @@ from tether.runtime.store import (
     Batch,
     BatchResult,
     DeadLetter,
+    EffectRecord,
     JournalRow,
     Reply,
     Snapshot,
@@ -61,7 +62,8 @@ CREATE TABLE mailbox (
     attempts    INTEGER NOT NULL DEFAULT 0,
     errors      BLOB,
     wants_reply INTEGER NOT NULL DEFAULT 0,
-    created_at  REAL NOT NULL
+    created_at  REAL NOT NULL,
+    parks       INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX mailbox_by_actor ON mailbox(actor_id, seq);
 CREATE INDEX mailbox_by_due ON mailbox(deliver_at);
@@ -103,6 +105,25 @@ CREATE TABLE watches (
     watcher TEXT NOT NULL,
     PRIMARY KEY (watched, watcher)
 ) WITHOUT ROWID;
+CREATE TABLE effects (
+    actor_id    TEXT NOT NULL,
+    msg_id      TEXT NOT NULL,
+    idx         INTEGER NOT NULL,
+    key         TEXT NOT NULL UNIQUE,
+    tool        TEXT NOT NULL,
+    input_hash  TEXT NOT NULL,
+    args        BLOB NOT NULL,
+    status      TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    result      BLOB,
+    error       TEXT,
+    reason      TEXT,
+    history     BLOB,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (actor_id, msg_id, idx)
+) WITHOUT ROWID;
+CREATE INDEX effects_by_status ON effects(status, updated_at);
 CREATE TABLE runtimes (
     runtime_id TEXT PRIMARY KEY,
     host       TEXT NOT NULL,
@@ -434,6 +455,20 @@ class SqliteStore:
                     db, [(f.msg_id, f.dead_letter_reason or "", f.now) for f in dead]
                 )
 
+        effects = [e.record for e in b.effects if e.actor_id not in stale]
+        parks = [p for p in b.parks if p.actor_id not in stale]
+        effects.extend(p.effect for p in parks if p.effect is not None)
+        if effects:
+            await db.executemany(_UPSERT_EFFECT, [_effect_row(e) for e in effects])
+        if parks:
+            # The claim counted an attempt that did not fail: give it back (I7 counts failures
+            # and unfinished deliveries, not waiting).
+            await db.executemany(
+                "UPDATE mailbox SET deliver_at = ?, attempts = max(attempts - 1, 0), "
+                "parks = parks + 1 WHERE msg_id = ?",
+                [(p.until, p.msg_id) for p in parks],
+            )
+
         stops = [s.stop for s in steps if s.stop is not None] + list(b.stops)
         if stops:
             await db.executemany(
@@ -530,8 +565,8 @@ class SqliteStore:
 
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
         rows = await self._read(
-            "SELECT seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply FROM mailbox "
-            "WHERE actor_id = ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
+            "SELECT seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks "
+            "FROM mailbox WHERE actor_id = ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
             (actor_id, now, limit),
         )
         return [
@@ -545,8 +580,9 @@ class SqliteStore:
                 errors=_decode_errors(errors, msg_id),
                 wants_reply=bool(wants_reply),
                 seq=seq,
+                parks=parks,
             )
-            for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply in rows
+            for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks in rows
         ]
 
     async def new_messages(
@@ -690,6 +726,143 @@ class SqliteStore:
             ]
         )
         return sum(counts)
+
+    # -- the effects ledger -------------------------------------------------------------------
+
+    async def effects_of(self, actor_id: str, msg_id: str) -> list[EffectRecord]:
+        rows = await self._read(
+            f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE actor_id = ? AND msg_id = ? ORDER BY idx",
+            (actor_id, msg_id),
+        )
+        return [_effect(r) for r in rows]
+
+    async def find_effects(
+        self, *, actor_id: str | None = None, status: str | None = None, key: str | None = None
+    ) -> list[EffectRecord]:
+        where, params = [], []
+        for column, value in (("actor_id", actor_id), ("status", status), ("key", key)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = f"SELECT {_EFFECT_COLUMNS} FROM effects"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = await self._read(sql + " ORDER BY created_at, actor_id, msg_id, idx", params)
+        return [_effect(r) for r in rows]
+
+    async def resolve_effect(
+        self, key: str, record: EffectRecord, now: float
+    ) -> EffectRecord | None:
+        async with self._write_lock:
+            db = self._w()
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+                rows = list(
+                    await db.execute_fetchall(
+                        "SELECT msg_id FROM effects WHERE key = ? AND status = 'quarantined'",
+                        (key,),
+                    )
+                )
+                if not rows:
+                    await db.execute("ROLLBACK")
+                    return None
+                await db.execute(_UPSERT_EFFECT, _effect_row(record))
+                await _unpark(db, rows[0][0], now)
+                await db.execute("COMMIT")
+            except BaseException:
+                await _rollback(db)
+                raise
+            return record
+
+    async def unpark(self, msg_id: str, now: float) -> bool:
+        async with self._write_lock:
+            db = self._w()
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+                moved = await _unpark(db, msg_id, now)
+                await db.execute("COMMIT")
+            except BaseException:
+                await _rollback(db)
+                raise
+            return moved
+
+    async def purge_receipts(self, before: float) -> int:
+        counts = await self._write(
+            [
+                (
+                    "DELETE FROM effects WHERE status IN ('done', 'failed', 'aborted') "
+                    "AND updated_at < ? AND NOT EXISTS "
+                    "(SELECT 1 FROM mailbox WHERE mailbox.msg_id = effects.msg_id)",
+                    (before,),
+                )
+            ]
+        )
+        return counts[0]
+
+
+_EFFECT_COLUMNS = (
+    "actor_id, msg_id, idx, key, tool, input_hash, args, status, attempts, result, error, "
+    "reason, history, created_at, updated_at"
+)
+_UPSERT_EFFECT = (
+    f"INSERT INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (actor_id, msg_id, idx) DO UPDATE SET status = excluded.status, "
+    "attempts = excluded.attempts, result = excluded.result, error = excluded.error, "
+    "reason = excluded.reason, history = excluded.history, updated_at = excluded.updated_at"
+)
+
+
+def _effect_row(e: EffectRecord) -> tuple[Any, ...]:
+    return (
+        e.actor_id,
+        e.msg_id,
+        e.idx,
+        e.key,
+        e.tool,
+        e.input_hash,
+        e.args,
+        e.status,
+        e.attempts,
+        e.result,
+        e.error,
+        e.reason,
+        _encode(e.history),
+        e.created_at,
+        e.updated_at,
+    )
+
+
+def _effect(row: Sequence[Any]) -> EffectRecord:
+    (actor_id, msg_id, idx, key, tool, input_hash, args, status, attempts, result, error,
+     reason, history, created_at, updated_at) = row  # fmt: skip
+    return EffectRecord(
+        actor_id=actor_id,
+        msg_id=msg_id,
+        idx=idx,
+        key=key,
+        tool=tool,
+        input_hash=input_hash,
+        args=args,
+        status=status,
+        attempts=attempts,
+        result=result,
+        error=error,
+        reason=reason,
+        history=_decode_errors(history, f"effect {key}"),
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+async def _unpark(db: aiosqlite.Connection, msg_id: str, now: float) -> bool:
+    """Re-store a parked message at the end of the mailbox, due now: a new seq, so that every
+    runtime's watermark scan sees it, whoever parked it."""
+    cur = await db.execute(
+        "UPDATE mailbox SET deliver_at = ?, seq = (SELECT max(seq) + 1 FROM mailbox) "
+        "WHERE msg_id = ? AND deliver_at > ?",
+        (now, msg_id, now),
+    )
+    return cur.rowcount == 1
 
 
 _ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"

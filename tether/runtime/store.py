@@ -19,7 +19,10 @@ from typing import Any, Protocol
 
 import msgspec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: ``deliver_at`` of a parked message: later than any clock, so no scan finds it due.
+PARKED = 9.0e18
 
 
 class ActorRecord(msgspec.Struct, frozen=True):
@@ -50,6 +53,7 @@ class StoredMessage(msgspec.Struct):
     wants_reply: bool
     seq: int = 0
     local: Any = None  # an in-memory system message (never stored), already decoded
+    parks: int = 0  # times this message's step was parked (waiting on an effect or a person)
 
 
 class JournalRow(msgspec.Struct, frozen=True, array_like=True):
@@ -175,7 +179,62 @@ class AttemptFailed(msgspec.Struct):
     claim_again: bool = False  # also count the attempt of the redelivery that follows
 
 
-FencedWrite = LeaseRelease | StepCommit | Claim | AttemptFailed
+class EffectRecord(msgspec.Struct):
+    """A row of the effects ledger (I4): one effect of one step, from intent to receipt.
+
+    ``status`` is one of
+
+    * ``pending``: the intent is committed, no receipt yet (the call may have happened);
+    * ``done`` / ``failed``: the receipt; ``result`` or ``error`` is the outcome, replayed as is;
+    * ``quarantined``: held for a person (``reason`` says why); the step waits;
+    * ``retry``: a person said to call again (with the same key);
+    * ``aborted``: a person said not to; the step gets ``EffectAborted``.
+    """
+
+    actor_id: str
+    msg_id: str
+    idx: int
+    key: str
+    tool: str
+    input_hash: str
+    args: bytes  # msgpack of the validated arguments, as builtins
+    status: str
+    attempts: int
+    result: bytes | None = None
+    error: str | None = None
+    reason: str | None = None
+    history: list[str] = msgspec.field(default_factory=list)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+EFFECT_STATUSES = ("pending", "done", "failed", "quarantined", "retry", "aborted")
+
+
+class EffectWrite(msgspec.Struct):
+    """Insert or update one ledger row, fenced like a step (a stale owner records nothing)."""
+
+    fence: int
+    record: EffectRecord
+
+    @property
+    def actor_id(self) -> str:
+        return self.record.actor_id
+
+
+class Park(msgspec.Struct):
+    """Set a message aside without counting its attempt: its step waits for a person (a
+    quarantined effect, an approval) until ``until`` or until something unparks it. The effect
+    row that explains why is written in the same transaction."""
+
+    actor_id: str
+    fence: int
+    msg_id: str
+    until: float = PARKED
+    effect: EffectRecord | None = None
+
+
+FencedWrite = LeaseRelease | StepCommit | Claim | AttemptFailed | EffectWrite | Park
 
 
 class Batch(msgspec.Struct):
@@ -189,10 +248,19 @@ class Batch(msgspec.Struct):
     stops: list[StopActor] = msgspec.field(default_factory=list)
     revives: list[Revive] = msgspec.field(default_factory=list)
     watches: list[Watch] = msgspec.field(default_factory=list)
+    effects: list[EffectWrite] = msgspec.field(default_factory=list)
+    parks: list[Park] = msgspec.field(default_factory=list)
 
     def fenced(self) -> list[FencedWrite]:
         """The writes whose fence must match the actor's current one (I8)."""
-        return [*self.releases, *self.steps, *self.claims, *self.failures]
+        return [
+            *self.releases,
+            *self.steps,
+            *self.claims,
+            *self.failures,
+            *self.effects,
+            *self.parks,
+        ]
 
 
 class BatchResult(msgspec.Struct):
@@ -274,4 +342,33 @@ class Store(Protocol):
 
     async def purge(self, before: float) -> int:
         """Delete dedup keys and replies older than ``before``; return how many rows went."""
+        ...
+
+    # -- the effects ledger (I4) --------------------------------------------------------------
+
+    async def effects_of(self, actor_id: str, msg_id: str) -> list[EffectRecord]:
+        """The ledger rows of one step, by effect index."""
+        ...
+
+    async def find_effects(
+        self, *, actor_id: str | None = None, status: str | None = None, key: str | None = None
+    ) -> list[EffectRecord]:
+        """Ledger rows matching every filter given, oldest first."""
+        ...
+
+    async def resolve_effect(
+        self, key: str, record: EffectRecord, now: float
+    ) -> EffectRecord | None:
+        """Replace the quarantined row ``key`` with ``record`` and make its parked message due
+        at ``now``, in one transaction. None if ``key`` is not quarantined (any more)."""
+        ...
+
+    async def unpark(self, msg_id: str, now: float) -> bool:
+        """Make a parked message due at ``now`` (stored after every other message, so that
+        every runtime's scan sees it). False if it is not parked."""
+        ...
+
+    async def purge_receipts(self, before: float) -> int:
+        """Delete finished ledger rows (done, failed, aborted) last touched before ``before``
+        whose message is no longer in the mailbox; return how many went."""
         ...

@@ -40,6 +40,15 @@ passivations = meter.create_counter(
 stale_commits = meter.create_counter(
     "tether.commits.stale", description="commits rejected for a stale fencing token"
 )
+effects_run = meter.create_counter(
+    "tether.effects.calls", description="tool and model calls made (each attempt)"
+)
+effects_replayed = meter.create_counter(
+    "tether.effects.replayed", description="effects answered from their receipt, not called"
+)
+effects_quarantined = meter.create_counter(
+    "tether.effects.quarantined", description="ambiguous effects held for a person"
+)
 
 
 _checked_at = -1.0

@@ -1,0 +1,152 @@
+"""Tools and actors for the effects-ledger tests (module level: the runtime imports them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import msgspec
+
+import tether
+
+# Every call any tool below receives, in order: (tool, kwargs). Tests reset it.
+CALLS: list[tuple[str, dict[str, Any]]] = []
+# Per-tool scripted failures: tool name -> list of exceptions to raise on successive calls
+# (None = succeed). Consumed from the front.
+SCRIPT: dict[str, list[BaseException | None]] = {}
+# Reconcile verdicts handed out by `check_refund`, consumed from the front.
+VERDICTS: list[tether.Done | tether.NotDone | tether.Unknown] = []
+
+
+def reset() -> None:
+    CALLS.clear()
+    SCRIPT.clear()
+    VERDICTS.clear()
+
+
+async def _scripted(name: str, kwargs: dict[str, Any]) -> None:
+    CALLS.append((name, dict(kwargs)))
+    plan = SCRIPT.get(name)
+    if plan:
+        failure = plan.pop(0)
+        if isinstance(failure, _Hang):
+            await anyio.sleep_forever()
+        if failure is not None:
+            raise failure
+
+
+class _Hang(Exception):
+    """Scripted: the call never returns (so its timeout fires)."""
+
+
+HANG = _Hang()
+
+
+class Receipt(msgspec.Struct, frozen=True):
+    order_id: str
+    amount_cents: int
+    key: str
+
+
+@tether.tool(recovery="retry", retry=tether.RetryPolicy(max_attempts=3, initial_delay=0))
+async def refund(order_id: str, amount_cents: int, idempotency_key: str) -> Receipt:
+    """Refund an order (honors idempotency keys)."""
+    await _scripted(
+        "refund", {"order_id": order_id, "amount_cents": amount_cents, "key": idempotency_key}
+    )
+    return Receipt(order_id=order_id, amount_cents=amount_cents, key=idempotency_key)
+
+
+@tether.tool(timeout=0.2, retry=tether.RetryPolicy(max_attempts=2, initial_delay=0))
+async def send_email(to: str, body: str) -> str:
+    """Send an email (ignores keys: quarantined when ambiguous)."""
+    await _scripted("send_email", {"to": to, "body": body})
+    return f"sent to {to}"
+
+
+@tether.tool(
+    recovery="retry", timeout=0.2, retry=tether.RetryPolicy(max_attempts=3, initial_delay=0)
+)
+async def charge(account: str, cents: int, idempotency_key: str) -> int:
+    await _scripted("charge", {"account": account, "cents": cents, "key": idempotency_key})
+    return cents
+
+
+@tether.tool(recovery="reconcile", timeout=0.2)
+async def transfer(to: str, cents: int, idempotency_key: str) -> str:
+    await _scripted("transfer", {"to": to, "cents": cents, "key": idempotency_key})
+    return f"transferred {cents} to {to}"
+
+
+@transfer.reconciler
+async def check_transfer(
+    to: str, cents: int, idempotency_key: str
+) -> tether.Done | tether.NotDone | tether.Unknown:
+    CALLS.append(("check_transfer", {"to": to, "key": idempotency_key}))
+    return VERDICTS.pop(0) if VERDICTS else tether.Unknown("no verdict scripted")
+
+
+class Do(tether.Message):
+    """Run the named effects in order; fail the handler afterwards if `fail_after`."""
+
+    effects: list[str]
+    fail_after: bool = False
+
+
+class Ping(tether.Message):
+    pass
+
+
+class Done(tether.Event):
+    results: list[str]
+
+
+class LedgerState(msgspec.Struct):
+    results: list[list[str]] = msgspec.field(default_factory=list)
+
+
+# Flips between runs of a step, to make a non-deterministic handler on purpose.
+NONDETERMINISTIC: list[int] = [0]
+
+
+class Agent(tether.Actor[LedgerState]):
+    initial_state = LedgerState()
+    fail_once: set[str] = set()
+
+    def apply(self, state: LedgerState, event: Done) -> LedgerState:
+        return LedgerState(results=[*state.results, event.results])
+
+    async def handle(self, msg: Do | Ping) -> list[str] | str:
+        if isinstance(msg, Ping):
+            return "pong"
+        out: list[str] = []
+        for i, name in enumerate(msg.effects):
+            out.append(await self._one(name, i))
+        if msg.fail_after and self.id not in Agent.fail_once:
+            Agent.fail_once.add(self.id)
+            raise RuntimeError("handler failed after its effects")
+        self.persist(Done(results=out))
+        return out
+
+    async def _one(self, name: str, i: int) -> str:
+        try:
+            match name:
+                case "refund":
+                    r = await self.effect(refund, order_id=f"o{i}", amount_cents=100 * (i + 1))
+                    return f"refund {r.order_id} {r.amount_cents}"
+                case "email":
+                    return str(await self.effect(send_email, to="a@b.c", body=f"hello {i}"))
+                case "charge":
+                    return f"charged {await self.effect(charge, account='acc', cents=5)}"
+                case "transfer":
+                    return str(await self.effect(transfer, to="bob", cents=7))
+                case "drift":
+                    NONDETERMINISTIC[0] += 1
+                    return str(
+                        await self.effect(send_email, to="x@y.z", body=str(NONDETERMINISTIC[0]))
+                    )
+                case "bad":
+                    return str(await self.effect(refund, order_id="o", amount_cents="ten"))
+        except tether.EffectAborted as exc:
+            return f"aborted: {exc.reason}"
+        raise AssertionError(name)

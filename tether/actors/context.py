@@ -1,0 +1,312 @@
+"""Deterministic context bundles: typed fragments assembled into lanes under a token budget.
+
+An agent's prompt context is built from typed fragments, not from one undifferentiated list of
+messages, so that assembly can decide what to keep::
+
+    Goal            the session's objective                  pinned: never trimmed
+    Constraint      a guardrail set by a human or supervisor pinned: never trimmed
+    Checkpoint      the note written at the last save point  pinned: never trimmed
+    Summary         a compressed account of earlier work     trimmed last
+    ChatMessage     a recent turn of the conversation        trimmed first, oldest first
+    ToolCallRecord  a tool call and its result or error      trimmed second, oldest first
+
+:func:`assemble` puts every fragment in its lane and, while the total is over the budget,
+trims in this fixed order: the oldest message, until none is left; then the oldest tool
+result, until none is left; then the summary. If the pinned fragments alone exceed the budget
+it raises :class:`tether.errors.ConfigError` rather than silently dropping a directive.
+
+There is no ML and no hidden state: the same fragments in the same order with the same budget
+and counter always give an equal :class:`ContextBundle`, so the exact context a model saw can
+be rebuilt later. Fragments and bundles are msgspec Structs, so both can be journaled.
+
+The order of the input matters only within the conversation: messages and tool calls are taken
+to be chronological. A session has at most one goal; when several checkpoints or summaries are
+given, the last of each wins (each new one supersedes the one before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import msgspec
+
+from tether.errors import ConfigError
+
+__all__ = (
+    "Goal",
+    "Constraint",
+    "Checkpoint",
+    "Summary",
+    "ChatMessage",
+    "ToolCallRecord",
+    "Fragment",
+    "Trimmed",
+    "ContextBundle",
+    "TokenCounter",
+    "default_counter",
+    "FRAGMENT_OVERHEAD",
+    "fragment_text",
+    "assemble",
+)
+
+
+# -- fragments ------------------------------------------------------------------------------
+
+
+class Goal(msgspec.Struct, frozen=True, tag=True):
+    """The concrete objective of this session. Pinned."""
+
+    text: str
+
+
+class Constraint(msgspec.Struct, frozen=True, tag=True):
+    """A guardrail that must stay in force for the whole session. Pinned."""
+
+    text: str
+
+
+class Checkpoint(msgspec.Struct, frozen=True, tag=True):
+    """The note written at the last save point: where to resume from. Pinned."""
+
+    text: str
+
+
+class Summary(msgspec.Struct, frozen=True, tag=True):
+    """A compressed account of what happened before the recent messages. Trimmed last."""
+
+    text: str
+
+
+class ChatMessage(msgspec.Struct, frozen=True, tag=True):
+    """One turn of the conversation (``role`` is e.g. ``"user"`` or ``"assistant"``)."""
+
+    role: str
+    text: str
+
+
+class ToolCallRecord(msgspec.Struct, frozen=True, tag=True):
+    """A tool call with its JSON-encodable ``args`` and its ``result`` or ``error``."""
+
+    tool: str
+    args: dict[str, Any] = {}
+    result: str | None = None
+    error: str | None = None
+
+
+Fragment = Goal | Constraint | Checkpoint | Summary | ChatMessage | ToolCallRecord
+"""Any typed context fragment; a tagged union, so a ``list[Fragment]`` encodes and decodes."""
+
+_FRAGMENT_TYPES = (Goal, Constraint, Checkpoint, Summary, ChatMessage, ToolCallRecord)
+
+
+def fragment_text(fragment: Fragment) -> str:
+    """The text a fragment contributes to the rendered context: exactly what is counted."""
+    match fragment:
+        case Goal(text=text):
+            return f"Goal: {text}"
+        case Constraint(text=text):
+            return f"Constraint: {text}"
+        case Checkpoint(text=text):
+            return f"Checkpoint: {text}"
+        case Summary(text=text):
+            return f"Summary of earlier work: {text}"
+        case ChatMessage(text=text):
+            return text
+        case ToolCallRecord(tool=tool, args=args, result=result, error=error):
+            call = f"{tool}({msgspec.json.encode(args, order='sorted').decode()})"
+            if error is not None:
+                return f"{call} failed: {error}"
+            return f"{call} returned: {'(nothing)' if result is None else result}"
+    raise ConfigError(f"not a context fragment: {fragment!r}")  # pragma: no cover
+
+
+# -- token counting -------------------------------------------------------------------------
+
+
+class TokenCounter(Protocol):
+    """Counts the tokens of one fragment's text (see :func:`fragment_text`); called once per
+    fragment, so a counter may add a per-fragment overhead. Must return an int >= 0."""
+
+    def __call__(self, text: str, /) -> int: ...
+
+
+FRAGMENT_OVERHEAD = 4
+"""Tokens :func:`default_counter` adds per fragment, for the role and separators around it."""
+
+
+def default_counter(text: str, /) -> int:
+    """A model-free estimate: one token per 4 characters, rounded up, plus
+    :data:`FRAGMENT_OVERHEAD`. Pass a real tokenizer's counter for exact budgets."""
+    return FRAGMENT_OVERHEAD + (len(text) + 3) // 4
+
+
+# -- the bundle -----------------------------------------------------------------------------
+
+
+class Trimmed(msgspec.Struct, frozen=True):
+    """How many fragments of each trimmable lane were left out to fit the budget."""
+
+    messages: int = 0
+    tool_results: int = 0
+    summary: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.messages + self.tool_results + self.summary
+
+
+class ContextBundle(msgspec.Struct, frozen=True):
+    """What a model sees before one call, lane by lane.
+
+    ``history`` holds the kept messages and tool calls in their original (chronological)
+    order; ``messages`` and ``tool_results`` are its two lanes. ``tokens_used`` is the sum of
+    the counter over every kept fragment and never exceeds ``budget``.
+    """
+
+    goal: Goal | None
+    constraints: tuple[Constraint, ...]
+    checkpoint: Checkpoint | None
+    summary: Summary | None
+    history: tuple[ChatMessage | ToolCallRecord, ...]
+    tokens_used: int
+    budget: int
+    trimmed: Trimmed
+
+    @property
+    def messages(self) -> tuple[ChatMessage, ...]:
+        """The kept conversation messages, oldest first."""
+        return tuple(f for f in self.history if isinstance(f, ChatMessage))
+
+    @property
+    def tool_results(self) -> tuple[ToolCallRecord, ...]:
+        """The kept tool calls, oldest first."""
+        return tuple(f for f in self.history if isinstance(f, ToolCallRecord))
+
+    def render(self, *, tool_role: str = "tool") -> list[dict[str, str]]:
+        """The bundle as ``{"role", "content"}`` dicts for a chat model.
+
+        One ``system`` message carries the goal, the constraints, the summary and the
+        checkpoint (one line each, in that order); then the history follows in order, a tool
+        call as a message with role ``tool_role``. Provider adapters map these further.
+        """
+        head: list[Fragment] = []
+        if self.goal is not None:
+            head.append(self.goal)
+        head.extend(self.constraints)
+        if self.summary is not None:
+            head.append(self.summary)
+        if self.checkpoint is not None:
+            head.append(self.checkpoint)
+        out: list[dict[str, str]] = []
+        if head:
+            out.append({"role": "system", "content": "\n".join(map(fragment_text, head))})
+        for item in self.history:
+            role = item.role if isinstance(item, ChatMessage) else tool_role
+            out.append({"role": role, "content": fragment_text(item)})
+        return out
+
+
+# -- assembly -------------------------------------------------------------------------------
+
+
+def assemble(
+    fragments: Iterable[Fragment],
+    *,
+    budget: int,
+    count_tokens: TokenCounter = default_counter,
+) -> ContextBundle:
+    """Assemble ``fragments`` into a :class:`ContextBundle` of at most ``budget`` tokens.
+
+    Goal, constraints and checkpoint are pinned. While over budget the oldest message is
+    dropped; when no message is left, the oldest tool result; when none is left, the summary.
+    Raises :class:`ConfigError` if the pinned fragments alone exceed ``budget``, if ``budget``
+    is negative, if more than one :class:`Goal` is given, if an item is not a fragment, or if
+    ``count_tokens`` returns something other than an int >= 0.
+    """
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ConfigError(f"the token budget must be an int >= 0, not {budget!r}")
+
+    goal: Goal | None = None
+    constraints: list[Constraint] = []
+    checkpoint: Checkpoint | None = None
+    summary: Summary | None = None
+    history: list[ChatMessage | ToolCallRecord] = []
+    for fragment in fragments:
+        if not isinstance(fragment, _FRAGMENT_TYPES):
+            raise ConfigError(
+                f"not a context fragment: {fragment!r} (expected one of "
+                f"{', '.join(t.__name__ for t in _FRAGMENT_TYPES)})"
+            )
+        if isinstance(fragment, Goal):
+            if goal is not None:
+                raise ConfigError(
+                    f"more than one Goal given ({goal.text!r} and {fragment.text!r}); "
+                    "a session has one goal: pass only the current one"
+                )
+            goal = fragment
+        elif isinstance(fragment, Constraint):
+            constraints.append(fragment)
+        elif isinstance(fragment, Checkpoint):
+            checkpoint = fragment  # the last save point wins
+        elif isinstance(fragment, Summary):
+            summary = fragment  # the newest summary supersedes older ones
+        else:
+            history.append(fragment)
+
+    def cost(fragment: Fragment) -> int:
+        n = count_tokens(fragment_text(fragment))
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"token counter returned {n!r} for {fragment!r}; need an int >= 0")
+        return n
+
+    pinned: list[Fragment] = []
+    if goal is not None:
+        pinned.append(goal)
+    pinned.extend(constraints)
+    if checkpoint is not None:
+        pinned.append(checkpoint)
+    pinned_tokens = sum(map(cost, pinned))
+    if pinned_tokens > budget:
+        raise ConfigError(
+            f"the pinned fragments (goal, constraints, checkpoint) need {pinned_tokens} tokens, "
+            f"{pinned_tokens - budget} over the budget of {budget}; they are never trimmed, "
+            "so raise the budget or shorten them"
+        )
+
+    history_costs = [cost(item) for item in history]
+    summary_tokens = cost(summary) if summary is not None else 0
+    total = pinned_tokens + summary_tokens + sum(history_costs)
+
+    # the fixed trim order: oldest message, then oldest tool result, then the summary
+    dropped: set[int] = set()
+    trimmed_messages = trimmed_tools = 0
+    for lane in (ChatMessage, ToolCallRecord):
+        for i, item in enumerate(history):
+            if total <= budget:
+                break
+            if isinstance(item, lane):
+                dropped.add(i)
+                total -= history_costs[i]
+                if lane is ChatMessage:
+                    trimmed_messages += 1
+                else:
+                    trimmed_tools += 1
+    trimmed_summary = 0
+    if total > budget and summary is not None:
+        total -= summary_tokens
+        summary = None
+        trimmed_summary = 1
+
+    return ContextBundle(
+        goal=goal,
+        constraints=tuple(constraints),
+        checkpoint=checkpoint,
+        summary=summary,
+        history=tuple(item for i, item in enumerate(history) if i not in dropped),
+        tokens_used=total,
+        budget=budget,
+        trimmed=Trimmed(
+            messages=trimmed_messages, tool_results=trimmed_tools, summary=trimmed_summary
+        ),
+    )

@@ -1,0 +1,339 @@
+"""The effects ledger: intent before effect, receipt after it (I4), keys from the runtime (I5).
+
+One effect of one step goes through :func:`perform`:
+
+1. the arguments are validated against the tool's schema (nothing recorded if they are bad);
+2. its slot is the step's next effect index; its idempotency key is
+   ``sha256(actor id, message id, effect index, tool name, canonical input hash)``;
+3. if the slot is already in the ledger (the step is being replayed after a crash, a failure or
+   a wait), the recorded outcome answers: a receipt returns its result without calling the
+   tool; an intent without a receipt is *ambiguous* and goes to the tool's recovery policy;
+   a different tool or input at that index is a determinism violation, held for a person;
+4. otherwise the intent is committed, the tool is called with the key, and the receipt is
+   committed before the result is handed back.
+
+Invariant: a tool is only ever called after an intent row with the attempt's number is
+committed under the actor's current fence, so a stale owner (I8) never calls a tool.
+
+A step that must wait for a person (a quarantined effect) is suspended: ``StepSuspended``
+unwinds the handler and the cell parks the message; resolving the effect unparks it, and the
+step replays from the start with every earlier effect answered from the ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import anyio
+import msgspec
+
+from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
+from tether.errors import (
+    ConfigError,
+    DeterminismViolation,
+    EffectAborted,
+    StepSuspended,
+    ToolFailed,
+)
+from tether.runtime import telemetry
+from tether.runtime.store import EffectRecord, EffectWrite
+
+if TYPE_CHECKING:
+    from tether.runtime.cell import Cell, Step
+    from tether.runtime.store import StoredMessage
+
+
+def effect_key(actor_id: str, msg_id: str, idx: int, tool: str, input_hash: str) -> str:
+    """The idempotency key of one effect (I5): stable across every replay of the step."""
+    raw = "\x1f".join((actor_id, msg_id, str(idx), tool, input_hash)).encode()
+    return hashlib.sha256(raw).hexdigest()[:40]
+
+
+async def perform(cell: Cell, step: Step, tool: Tool, args: dict[str, Any]) -> Any:
+    """Run one effect of ``step`` through the ledger and return its result."""
+    if not isinstance(tool, Tool):
+        raise ConfigError(
+            f"{cell.actor_id}: effect() takes a tool declared with @tether.tool, not {tool!r}"
+        )
+    if step.suspended is not None:
+        # The step already waits for a person: nothing after that point may run.
+        raise StepSuspended(step.suspended)
+    m = cell.current
+    if m is None or m.local is not None or step.closed:
+        raise ConfigError(
+            f"{cell.actor_id}: effect() is only allowed while handling a stored message"
+        )
+    call = tool.prepare(args)
+    idx = step.next_effect
+    step.next_effect += 1
+    key = effect_key(cell.actor_id, m.msg_id, idx, tool.name, call.input_hash)
+    run = _Effect(cell, step, m, tool, idx, key, call.kwargs, call.args_blob, call.input_hash)
+    if not telemetry.tracing_enabled():
+        return await run.resolve()
+    attributes: dict[str, str | int] = {
+        "tether.tool": tool.name,
+        "tether.effect_key": key,
+        "tether.effect_index": idx,
+    }
+    with telemetry.tracer.start_as_current_span("tether.effect", attributes=attributes) as span:
+        result = await run.resolve()
+        span.set_attribute("tether.replayed", run.replayed)
+        span.set_attribute("tether.attempt", run.attempt)
+        return result
+
+
+class _Effect:
+    """One effect being resolved: replayed from the ledger, or called."""
+
+    def __init__(
+        self,
+        cell: Cell,
+        step: Step,
+        m: StoredMessage,
+        tool: Tool,
+        idx: int,
+        key: str,
+        kwargs: dict[str, Any],
+        args_blob: bytes,
+        input_hash: str,
+    ) -> None:
+        self.cell, self.step, self.m, self.tool = cell, step, m, tool
+        self.idx, self.key, self.kwargs = idx, key, kwargs
+        self.args_blob, self.input_hash = args_blob, input_hash
+        self.replayed = False
+        self.attempt = 0
+        self.log = telemetry.log.bind(
+            actor_id=cell.actor_id, msg_id=m.msg_id, tool=tool.name, effect_key=key
+        )
+
+    # -- the ledger --------------------------------------------------------------------------
+
+    async def resolve(self) -> Any:
+        recorded = await self._recorded()
+        if recorded is None:
+            return await self._call(self._record("pending", attempts=1), first=True)
+        if recorded.tool != self.tool.name or recorded.input_hash != self.input_hash:
+            return await self._violation(recorded)
+        match recorded.status:
+            case "done":
+                return self._replay(recorded)
+            case "failed":
+                self._mark_replayed(recorded)
+                raise ToolFailed(
+                    self.tool.name, self.key, recorded.error or "failed", recorded.attempts
+                )
+            case "aborted":
+                self._mark_replayed(recorded)
+                raise EffectAborted(self.tool.name, self.key, recorded.reason or "aborted")
+            case "quarantined":
+                self._suspend(recorded.reason or "quarantined", None)
+            case "retry":
+                self.log.info("effect_retry_approved", attempt=recorded.attempts + 1)
+                return await self._call(self._next_attempt(recorded, "retry approved"))
+            case _:  # "pending": the intent is recorded, the outcome is not
+                why = f"attempt {recorded.attempts} did not report back (the process stopped)"
+                return await self._ambiguous(recorded, why)
+        raise AssertionError("unreachable")  # pragma: no cover - _suspend raises
+
+    async def _recorded(self) -> EffectRecord | None:
+        """The ledger row of this slot. A message on its first attempt that never waited has
+        no rows, so the common path reads nothing."""
+        step = self.step
+        if step.ledger is None:
+            if self.m.attempts <= 1 and self.m.parks == 0:
+                step.ledger = {}
+            else:
+                rows = await self.cell.runtime.store.effects_of(self.cell.actor_id, self.m.msg_id)
+                step.ledger = {r.idx: r for r in rows}
+        return step.ledger.get(self.idx)
+
+    def _record(self, status: str, *, attempts: int, **fields: Any) -> EffectRecord:
+        now = self.cell.runtime.clock()
+        return EffectRecord(
+            actor_id=self.cell.actor_id,
+            msg_id=self.m.msg_id,
+            idx=self.idx,
+            key=self.key,
+            tool=self.tool.name,
+            input_hash=self.input_hash,
+            args=self.args_blob,
+            status=status,
+            attempts=attempts,
+            created_at=now,
+            updated_at=now,
+            **fields,
+        )
+
+    def _next_attempt(self, rec: EffectRecord, note: str) -> EffectRecord:
+        return msgspec.structs.replace(
+            rec,
+            status="pending",
+            attempts=rec.attempts + 1,
+            history=[*rec.history, note],
+            updated_at=self.cell.runtime.clock(),
+        )
+
+    async def _write(self, rec: EffectRecord) -> None:
+        await self.cell.commit_effect(EffectWrite(self.cell.fence, rec))
+        assert self.step.ledger is not None
+        self.step.ledger[self.idx] = rec
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def _replay(self, rec: EffectRecord) -> Any:
+        self._mark_replayed(rec)
+        try:
+            return self.tool.decode_result(rec.result or b"\xc0")
+        except msgspec.DecodeError as exc:
+            raise ToolFailed(
+                self.tool.name,
+                self.key,
+                f"its recorded result does not decode as {self.tool.result_type!r}: {exc}",
+                rec.attempts,
+            ) from None
+
+    def _mark_replayed(self, rec: EffectRecord) -> None:
+        self.replayed = True
+        self.attempt = rec.attempts
+        telemetry.effects_replayed.add(1, {"tool": self.tool.name})
+        self.log.info("effect_replayed", status=rec.status, attempt=rec.attempts)
+
+    async def _call(self, rec: EffectRecord, *, first: bool = False) -> Any:
+        """Commit the intent of attempt ``rec.attempts``, call, commit the receipt; retry
+        outcomes that say the call was not carried out, under the tool's retry policy."""
+        tool = self.tool
+        while True:
+            await self._write(rec)  # I4: the intent is durable before the call
+            self.attempt = rec.attempts
+            telemetry.effects_run.add(1, {"tool": tool.name})
+            try:
+                value = await self._invoke()
+            except Exception as exc:
+                outcome = classify(exc)
+                error = f"{type(exc).__name__}: {exc}"
+                history = [*rec.history, f"attempt {rec.attempts}: {error}"]
+                self.log.warning(
+                    "effect_attempt_failed", attempt=rec.attempts, outcome=outcome, error=error
+                )
+                retryable = outcome == "not_done" or (
+                    outcome == "maybe_done" and tool.recovery == "retry"
+                )
+                if retryable and rec.attempts < tool.retry.max_attempts:
+                    await self.cell.runtime.time.sleep(tool.retry.delay(rec.attempts))
+                    rec = msgspec.structs.replace(
+                        rec,
+                        attempts=rec.attempts + 1,
+                        history=history,
+                        updated_at=self.cell.runtime.clock(),
+                    )
+                    continue
+                if outcome == "maybe_done" and tool.recovery != "retry":
+                    return await self._ambiguous(
+                        msgspec.structs.replace(rec, history=history), error
+                    )
+                await self._write(
+                    msgspec.structs.replace(
+                        rec,
+                        status="failed",
+                        error=error,
+                        history=history,
+                        updated_at=self.cell.runtime.clock(),
+                    )
+                )
+                raise ToolFailed(tool.name, self.key, error, rec.attempts) from exc
+            return await self._receipt(rec, value)
+
+    async def _invoke(self) -> Any:
+        kwargs = dict(self.kwargs)
+        if self.tool.takes_key:
+            kwargs["idempotency_key"] = self.key
+        if self.tool.timeout is None:
+            return await self.tool.fn(**kwargs)
+        with anyio.fail_after(self.tool.timeout):
+            return await self.tool.fn(**kwargs)
+
+    async def _receipt(self, rec: EffectRecord, value: Any, note: str | None = None) -> Any:
+        now = self.cell.runtime.clock()
+        history = rec.history if note is None else [*rec.history, note]
+        try:
+            blob = self.tool.encode_result(value)
+            # What the step sees is what a replay will see: the recorded form of the result.
+            result = self.tool.decode_result(blob)
+        except (TypeError, msgspec.EncodeError, msgspec.DecodeError) as exc:
+            error = f"result {value!r} cannot be recorded as {self.tool.result_type!r}: {exc}"
+            await self._write(
+                msgspec.structs.replace(
+                    rec, status="failed", error=error, history=history, updated_at=now
+                )
+            )
+            raise ToolFailed(self.tool.name, self.key, error, rec.attempts) from None
+        await self._write(
+            msgspec.structs.replace(
+                rec, status="done", result=blob, history=history, updated_at=now
+            )
+        )
+        return result
+
+    async def _ambiguous(self, rec: EffectRecord, why: str) -> Any:
+        """An intent without a receipt: the call may or may not have happened (I4)."""
+        tool = self.tool
+        self.log.warning("effect_ambiguous", attempt=rec.attempts, why=why, recovery=tool.recovery)
+        if tool.recovery == "retry":
+            return await self._call(self._next_attempt(rec, f"ambiguous ({why}): retried"))
+        if tool.recovery == "reconcile":
+            hook = tool.reconcile_hook
+            if hook is None:
+                self._suspend(f"{why}; tool has recovery='reconcile' but no reconcile hook", rec)
+            kwargs = dict(self.kwargs)
+            kwargs["idempotency_key"] = self.key
+            try:
+                verdict = await hook(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - a hook that cannot tell: a person decides
+                verdict = Unknown(f"the reconcile hook raised {type(exc).__name__}: {exc}")
+            match verdict:
+                case Done(result=value):
+                    self.log.info("effect_reconciled", verdict="done")
+                    return await self._receipt(rec, value, "reconciled: done")
+                case NotDone():
+                    self.log.info("effect_reconciled", verdict="not done")
+                    return await self._call(self._next_attempt(rec, "reconciled: not done"))
+                case Unknown(reason=reason):
+                    self._suspend(f"{why}; reconcile: {reason}", rec)
+                case _:
+                    self._suspend(f"{why}; the reconcile hook returned {verdict!r}", rec)
+        self._suspend(why, rec)
+
+    async def _violation(self, recorded: EffectRecord) -> Any:
+        detail = (
+            f"effect #{self.idx} of message {self.m.msg_id} was recorded as {recorded.tool} with "
+            f"input {recorded.input_hash[:12]}, but the replayed step asked for {self.tool.name} "
+            f"with input {self.input_hash[:12]}"
+        )
+        if recorded.status == "aborted":
+            raise DeterminismViolation(self.tool.name, recorded.key, detail)
+        self.log.error("determinism_violation", detail=detail)
+        if recorded.status != "quarantined":
+            violation = msgspec.structs.replace(
+                recorded,
+                status="quarantined",
+                reason=f"determinism violation: {detail}",
+                history=[*recorded.history, f"was {recorded.status}; {detail}"],
+                updated_at=self.cell.runtime.clock(),
+            )
+            self._suspend(violation.reason or detail, violation)
+        self._suspend(recorded.reason or detail, None)
+
+    def _suspend(self, reason: str, rec: EffectRecord | None) -> NoReturn:
+        """Hold the step for a person: the cell parks the message with ``rec`` quarantined."""
+        if rec is not None:
+            rec = msgspec.structs.replace(
+                rec,
+                status="quarantined",
+                reason=reason,
+                updated_at=self.cell.runtime.clock(),
+            )
+            telemetry.effects_quarantined.add(1, {"tool": self.tool.name})
+            self.log.error("effect_quarantined", reason=reason, attempt=rec.attempts)
+        self.step.suspend(f"effect {self.key} ({self.tool.name}) is quarantined: {reason}", rec)
+        raise StepSuspended(self.step.suspended or reason)
