@@ -53,9 +53,12 @@ async def test_an_effect_records_intent_and_receipt_and_hands_the_tool_the_runti
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Do(effects=["refund"]), timeout=5) == ["refund o0 100"]
         [row] = await effects(rt, "a1")
-    assert row.status == "done" and row.attempts == 1 and row.tool == "refund"
+    assert row.status == "done"
+    assert row.attempts == 1
+    assert row.tool == "refund"
     [(name, kwargs)] = fx.CALLS
-    assert name == "refund" and kwargs["key"] == row.key
+    assert name == "refund"
+    assert kwargs["key"] == row.key
     assert row.key == effect_key("a1", row.msg_id, 0, "refund", row.input_hash)
 
 
@@ -98,7 +101,8 @@ async def test_the_same_input_in_another_step_gets_another_key(tmp_path: Path) -
         await a.ask(Do(effects=["refund"]), timeout=5)
         await a.ask(Do(effects=["refund"]), timeout=5)
         rows = await effects(rt, "a1")
-    assert len({r.key for r in rows}) == 2 and len({r.input_hash for r in rows}) == 1
+    assert len({r.key for r in rows}) == 2
+    assert len({r.input_hash for r in rows}) == 1
     assert len(fx.CALLS) == 2
 
 
@@ -115,8 +119,10 @@ async def test_transient_failures_are_retried_with_the_same_key_and_each_attempt
         assert await a.ask(Do(effects=["refund"]), timeout=5) == ["refund o0 100"]
         [row] = await effects(rt, "a1")
     keys = {kwargs["key"] for _, kwargs in fx.CALLS}
-    assert len(fx.CALLS) == 3 and keys == {row.key}
-    assert row.attempts == 3 and row.status == "done"
+    assert len(fx.CALLS) == 3
+    assert keys == {row.key}
+    assert row.attempts == 3
+    assert row.status == "done"
     assert row.history[0].startswith("attempt 1: TransientToolError")
     assert row.history[1].startswith("attempt 2: TransientToolError")
 
@@ -136,7 +142,8 @@ async def test_a_business_error_is_recorded_not_retried_and_replayed_as_tool_fai
         [row] = await effects(rt, "a1")
     # Called once; the redelivery replayed the recorded failure.
     assert len(fx.CALLS) == 1
-    assert row.status == "failed" and "insufficient balance" in (row.error or "")
+    assert row.status == "failed"
+    assert "insufficient balance" in (row.error or "")
     assert all("insufficient balance" in e for e in caught.value.errors[:2])
 
 
@@ -150,7 +157,9 @@ async def test_retries_stop_at_the_policy_limit_and_the_failure_is_recorded(
             await a.ask(Do(effects=["refund"]), timeout=5)
         assert "failed after 3 attempt" in caught.value.errors[0]
         [row] = await effects(rt, "a1")
-    assert row.status == "failed" and row.attempts == 3 and len(fx.CALLS) == 3
+    assert row.status == "failed"
+    assert row.attempts == 3
+    assert len(fx.CALLS) == 3
 
 
 async def test_a_timed_out_retry_tool_is_called_again_with_the_same_key(tmp_path: Path) -> None:
@@ -160,7 +169,8 @@ async def test_a_timed_out_retry_tool_is_called_again_with_the_same_key(tmp_path
         assert await a.ask(Do(effects=["charge"]), timeout=5) == ["charged 5"]
         [row] = await effects(rt, "a1")
     assert [k["key"] for _, k in fx.CALLS] == [row.key, row.key]
-    assert row.attempts == 2 and "TimeoutError" in row.history[0]
+    assert row.attempts == 2
+    assert "TimeoutError" in row.history[0]
 
 
 async def test_an_ambiguous_quarantine_tool_is_held_and_the_actor_serves_other_messages(
@@ -171,8 +181,11 @@ async def test_an_ambiguous_quarantine_tool_is_held_and_the_actor_serves_other_m
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["refund", "email"]))
         [held] = await eventually(rt.quarantine.list)
-        assert held.tool == "send_email" and held.args == {"to": "a@b.c", "body": "hello 1"}
-        assert held.actor_id == "a1" and held.index == 1 and "TimeoutError" in held.reason
+        assert held.tool == "send_email"
+        assert held.args == {"to": "a@b.c", "body": "hello 1"}
+        assert held.actor_id == "a1"
+        assert held.index == 1
+        assert "TimeoutError" in held.reason
         # The session is not blocked: other messages go through while the step waits.
         assert await a.ask(Ping(), timeout=5) == "pong"
         assert (await a.ask(Ping(), timeout=5)) == "pong"
@@ -181,7 +194,8 @@ async def test_an_ambiguous_quarantine_tool_is_held_and_the_actor_serves_other_m
         results = await _results(rt, "a1")
         assert results == [["refund o0 100", "sent to a@b.c (confirmed by phone)"]]
         [_, row] = await effects(rt, "a1")
-        assert row.status == "done" and row.history[-1] == "marked done by ops"
+        assert row.status == "done"
+        assert row.history[-1] == "marked done by ops"
         assert await rt.quarantine.list() == []
     # The email was tried once (it hung), the refund once: nothing ran twice.
     assert [n for n, _ in fx.CALLS] == ["refund", "send_email"]
@@ -206,7 +220,8 @@ async def test_retrying_a_quarantined_effect_calls_again_with_the_same_key(
         await rt.quarantine.retry(held.key, by="ops")
         await eventually(lambda: _results(rt, "a1"))
         [row] = await effects(rt, "a1")
-    assert row.status == "done" and row.attempts == 2
+    assert row.status == "done"
+    assert row.attempts == 2
     assert [n for n, _ in fx.CALLS] == ["send_email", "send_email"]
 
 
@@ -252,7 +267,8 @@ async def test_reconcile_done_records_the_receipt_without_calling_again(tmp_path
         ]
         [row] = await effects(rt, "a1")
     assert [n for n, _ in fx.CALLS] == ["transfer", "check_transfer"]
-    assert row.status == "done" and row.history[-1] == "reconciled: done"
+    assert row.status == "done"
+    assert row.history[-1] == "reconciled: done"
 
 
 async def test_reconcile_not_done_calls_again_with_the_same_key(tmp_path: Path) -> None:
@@ -336,7 +352,8 @@ async def _activate(rt: tether.Runtime, actor_id: str) -> Any:
 
 async def test_the_tool_spec_carries_the_json_schema_of_its_input() -> None:
     spec = fx.refund.spec()
-    assert spec["name"] == "refund" and spec["description"].startswith("Refund an order")
+    assert spec["name"] == "refund"
+    assert spec["description"].startswith("Refund an order")
     schema = spec["input_schema"]
     assert "idempotency_key" not in str(schema)
     assert "amount_cents" in str(schema)
