@@ -17,6 +17,9 @@ from tether.actors.tool import Unknown as Unknown
 from tether.actors.tool import tool as tool
 from tether.errors import ActorNotFound as ActorNotFound
 from tether.errors import ActorStopped as ActorStopped
+from tether.errors import ApprovalClosed as ApprovalClosed
+from tether.errors import ApprovalNotFound as ApprovalNotFound
+from tether.errors import ApprovalRejected as ApprovalRejected
 from tether.errors import AskTimeout as AskTimeout
 from tether.errors import ConfigError as ConfigError
 from tether.errors import CorruptRecordError as CorruptRecordError
@@ -39,6 +42,11 @@ from tether.errors import ToolFailed as ToolFailed
 from tether.errors import ToolInputError as ToolInputError
 from tether.errors import ToolUnavailable as ToolUnavailable
 from tether.errors import TransientToolError as TransientToolError
+from tether.runtime.approvals import ApprovalPolicy as ApprovalPolicy
+from tether.runtime.approvals import ApprovalRequest as ApprovalRequest
+from tether.runtime.approvals import Approve as Approve
+from tether.runtime.approvals import Modify as Modify
+from tether.runtime.approvals import Reject as Reject
 from tether.runtime.memory_store import MemoryStore as MemoryStore
 from tether.runtime.quarantine import QuarantinedEffect as QuarantinedEffect
 from tether.runtime.runtime import Runtime as Runtime
@@ -68,6 +76,12 @@ __all__ = (
     "NotDone",
     "Unknown",
     "QuarantinedEffect",
+    # approvals
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "Approve",
+    "Reject",
+    "Modify",
     # supervision
     "Supervisor",
     "OneForOne",
@@ -107,4 +121,7 @@ __all__ = (
     "EffectAborted",
     "DeterminismViolation",
     "StepSuspended",
+    "ApprovalNotFound",
+    "ApprovalClosed",
+    "ApprovalRejected",
 )

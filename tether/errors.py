@@ -12,12 +12,15 @@
     ├── MessageDeadLettered                 the asked message failed max_attempts times
     ├── RuntimeClosed                       the Runtime is not open
     ├── EffectNotFound (LookupError)        no quarantined effect with that key
+    ├── ApprovalNotFound (LookupError)      no approval request with that id
+    ├── ApprovalClosed                      the request was already decided, or expired
     ├── ToolError                           an effect did not produce a result
     │   ├── ToolInputError (ValueError)     the arguments do not fit the tool's schema; nothing ran
     │   ├── ToolFailed                      the tool raised; the error is recorded and replayed
     │   ├── TransientToolError              raised BY a tool: not carried out, safe to call again
     │   ├── ToolUnavailable                 the tool's circuit breaker is open; retry after retry_at
     │   ├── EffectAborted                   a person aborted the quarantined effect
+    │   ├── ApprovalRejected                a person (or the deadline) rejected the call
     │   └── DeterminismViolation            a replayed step asked for a different effect
     └── StoreError                          the store could not do what was asked
         ├── StoreOpenError                  the store file cannot be opened or created
@@ -230,3 +233,31 @@ class StepSuspended(BaseException):
     def __init__(self, why: str) -> None:
         self.why = why
         super().__init__(why)
+
+
+class ApprovalNotFound(TetherError, LookupError):
+    """No approval request with this id in the store."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(f"no approval request with id {request_id!r}")
+
+
+class ApprovalClosed(TetherError):
+    """The approval request takes no more decisions: it was decided, or its deadline passed."""
+
+    def __init__(self, request_id: str, why: str) -> None:
+        self.request_id = request_id
+        self.why = why
+        super().__init__(f"approval request {request_id!r} is closed: {why}")
+
+
+class ApprovalRejected(ToolError):
+    """The held call was rejected (by a person, or by the deadline's default outcome). The
+    call did not run; ``reason`` is the reviewer's instruction to the agent."""
+
+    def __init__(self, tool: str, request_id: str, by: str, reason: str) -> None:
+        self.request_id = request_id
+        self.by = by
+        self.reason = reason
+        super().__init__(tool, f"call rejected by {by} ({request_id}): {reason}")

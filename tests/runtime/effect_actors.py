@@ -150,3 +150,86 @@ class Agent(tether.Actor[LedgerState]):
         except tether.EffectAborted as exc:
             return f"aborted: {exc.reason}"
         raise AssertionError(name)
+
+
+@tether.tool(recovery="retry", requires_approval=True)
+async def wire(to: str, cents: int, idempotency_key: str) -> str:
+    """Wire money (irreversible: always held for a person)."""
+    await _scripted("wire", {"to": to, "cents": cents, "key": idempotency_key})
+    return f"wired {cents} to {to}"
+
+
+class Wire(tether.Message):
+    to: str
+    cents: int
+
+
+class Wired(tether.Event):
+    outcome: str
+
+
+class Banker(tether.Actor[LedgerState]):
+    """Wires money; a rejection's reason is kept as the outcome (what an agent would be told)."""
+
+    initial_state = LedgerState()
+    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers=1)
+
+    def apply(self, state: LedgerState, event: Wired) -> LedgerState:
+        return LedgerState(results=[*state.results, [event.outcome]])
+
+    async def handle(self, msg: Wire | Ping) -> str:
+        if isinstance(msg, Ping):
+            return "pong"
+        try:
+            outcome = await self.effect(wire, to=msg.to, cents=msg.cents)
+        except tether.ApprovalRejected as exc:
+            outcome = f"rejected by {exc.by}: {exc.reason}"
+        self.persist(Wired(outcome=outcome))
+        return outcome
+
+    def approval_context(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"goal": "pay the supplier", "if_rejected": "tell the supplier to wait"}
+
+
+class QuorumBanker(Banker):
+    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers=2)
+
+
+class HastyBanker(Banker):
+    approval_policy = tether.ApprovalPolicy(timeout=0.3)
+
+
+class TrustingBanker(Banker):
+    approval_policy = tether.ApprovalPolicy(timeout=0.3, on_timeout="approve")
+
+
+class CarefulBanker(Banker):
+    """Escalates big amounts by policy, not by the tool's flag."""
+
+    async def handle(self, msg: Wire | Ping) -> str:
+        if isinstance(msg, Ping):
+            return "pong"
+        outcome = await self.effect(plain_wire, to=msg.to, cents=msg.cents)
+        self.persist(Wired(outcome=outcome))
+        return outcome
+
+    def escalation_reason(self, tool: str, args: dict[str, Any]) -> str | None:
+        return "over 1000 cents" if args.get("cents", 0) > 1000 else None
+
+
+@tether.tool(recovery="retry")
+async def plain_wire(to: str, cents: int, idempotency_key: str) -> str:
+    await _scripted("plain_wire", {"to": to, "cents": cents, "key": idempotency_key})
+    return f"wired {cents} to {to}"
+
+
+class DriftingBanker(Banker):
+    """Not deterministic on purpose: asks for a new amount every time the step runs."""
+
+    async def handle(self, msg: Wire | Ping) -> str:
+        if isinstance(msg, Ping):
+            return "pong"
+        NONDETERMINISTIC[0] += 1
+        outcome = await self.effect(wire, to=msg.to, cents=msg.cents + NONDETERMINISTIC[0])
+        self.persist(Wired(outcome=outcome))
+        return outcome

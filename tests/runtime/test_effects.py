@@ -371,3 +371,27 @@ async def test_a_stale_owner_records_no_intent_and_calls_no_tool(tmp_path: Path)
         # activation with the current token made the one and only call.
         assert rt.cells["a1"] is not cell
     assert len(fx.CALLS) == 1
+
+
+async def test_the_fault_injector_fails_delays_and_hangs_chosen_calls(tmp_path: Path) -> None:
+    from tether.testing import FaultInjector
+
+    faults = FaultInjector()
+    faults.fail(
+        fx.charge, calls=[1], error=tether.TransientToolError("charge", "busy", status_code=429)
+    )
+    faults.hang(fx.charge, calls=[2])
+    faults.delay(fx.charge, calls=[3], seconds=0.01)
+    flaky = faults.wrap(fx.charge)
+    assert flaky.name == "charge"
+    assert flaky.recovery == "retry"
+    with pytest.raises(tether.TransientToolError):
+        await flaky(account="a", cents=1, idempotency_key="k")
+    with anyio.move_on_after(0.05) as scope:
+        await flaky(account="a", cents=1, idempotency_key="k")
+    assert scope.cancelled_caught
+    assert await flaky(account="a", cents=2, idempotency_key="k") == 2
+    assert faults.calls(fx.charge) == 3
+    assert [n for n, _ in fx.CALLS] == ["charge"]  # only the delayed call reached the tool
+    with pytest.raises(tether.ConfigError, match="start at 1"):
+        faults.fail(fx.charge, calls=[0], error=RuntimeError())

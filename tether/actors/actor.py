@@ -86,6 +86,19 @@ class Actor(Generic[S]):
     async def on_stop(self) -> None:
         """Called when the actor stops or passivates (not after a crash: there is no after)."""
 
+    def escalation_reason(self, tool: str, args: dict[str, Any]) -> str | None:
+        """A policy hook: return why this call must wait for a person, or None to let it run.
+
+        Called before every call that is about to run (never for a replayed one). Tools with
+        ``requires_approval=True`` are always held, whatever this returns.
+        """
+        return None
+
+    def approval_context(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """What a reviewer needs to decide about this call besides the call itself: the
+        goal, what the agent will do if it is rejected. Stored with the request."""
+        return {}
+
     # -- what handlers use -------------------------------------------------------------------
 
     @property
@@ -194,7 +207,7 @@ def class_path(cls: type[Any]) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def import_class(path: str) -> type[Any]:
+def import_object(path: str, what: str = "object") -> Any:
     """Import ``module:qualname``; raise ``ConfigError`` naming the path if that fails."""
     import importlib
 
@@ -204,7 +217,13 @@ def import_class(path: str) -> type[Any]:
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import actor class {path!r}: {exc}") from exc
+        raise ConfigError(f"cannot import {what} {path!r}: {exc}") from exc
+    return obj
+
+
+def import_class(path: str) -> type[Any]:
+    """Import the class at ``module:qualname``; ``ConfigError`` naming the path if that fails."""
+    obj = import_object(path, "actor class")
     if not isinstance(obj, type):
         raise ConfigError(f"{path!r} is not a class")
     return obj

@@ -118,6 +118,10 @@ class Tool:
             raise ConfigError(f"@tether.tool needs an async def, not {fn!r}")
         self.fn: Callable[..., Awaitable[Any]] = fn
         self.name = name or fn.__name__
+        # Where another process finds this tool (to validate modified arguments): the module
+        # attribute that @tether.tool replaced the function with. None inside a function.
+        qualname = getattr(fn, "__qualname__", "")
+        self.path: str | None = None if "<locals>" in qualname else f"{fn.__module__}:{qualname}"
         where = f"tool {self.name!r}"
         if recovery not in _RECOVERIES:
             raise ConfigError(f"{where}: recovery must be one of {_RECOVERIES}, not {recovery!r}")

@@ -40,6 +40,7 @@ from tether.errors import (
 from tether.runtime import effects, telemetry
 from tether.runtime.store import (
     PARKED,
+    ApprovalRecord,
     AttemptFailed,
     Claim,
     EffectRecord,
@@ -69,10 +70,12 @@ class Step:
         "cell",
         "closed",
         "escalate",
+        "escalations",
         "events",
         "ledger",
         "next_effect",
         "outbox",
+        "park_approval",
         "park_effect",
         "park_until",
         "stop_reason",
@@ -87,17 +90,28 @@ class Step:
         self.escalate: str | None = None
         self.closed = False
         self.next_effect = 0  # the index of the step's next effect (I5)
+        # effect index -> why it must wait for a person (set by guards, e.g. a loop)
+        self.escalations: dict[int, str] = {}
         self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
         # Set when the step must wait for a person: it is parked instead of committed.
         self.suspended: str | None = None
         self.park_effect: EffectRecord | None = None
+        self.park_approval: ApprovalRecord | None = None
         self.park_until = PARKED
 
-    def suspend(self, reason: str, effect: EffectRecord | None, until: float = PARKED) -> None:
+    def suspend(
+        self,
+        reason: str,
+        effect: EffectRecord | None = None,
+        *,
+        until: float = PARKED,
+        approval: ApprovalRecord | None = None,
+    ) -> None:
         """Make this step wait: whatever the handler does next, it is parked, not committed."""
         if self.suspended is None:
             self.suspended = reason
             self.park_effect = effect
+            self.park_approval = approval
             self.park_until = until
 
 
@@ -558,12 +572,23 @@ class Cell:
         if m.local is not None:
             raise ConfigError(f"{self._actor_id}: a system message cannot wait for a person")
         await self._commit(
-            Park(self._actor_id, self.fence, m.msg_id, step.park_until, step.park_effect)
+            Park(
+                self._actor_id,
+                self.fence,
+                m.msg_id,
+                step.park_until,
+                step.park_effect,
+                step.park_approval,
+            )
         )
         self.buffer.popleft()
         self.known.discard(m.msg_id)
         self.claimed.discard(m.msg_id)
         self.runtime.parked.add(m.msg_id)
+        if step.park_until < PARKED:
+            self.runtime.wake_at(step.park_until)
+        if step.park_approval is not None:
+            self.runtime.approvals.requested(step.park_approval)
         telemetry.log.info(
             "step_parked", actor_id=self._actor_id, msg_id=m.msg_id, why=step.suspended
         )

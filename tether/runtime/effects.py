@@ -30,14 +30,15 @@ import msgspec
 
 from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
 from tether.errors import (
+    ApprovalRejected,
     ConfigError,
     DeterminismViolation,
     EffectAborted,
     StepSuspended,
     ToolFailed,
 )
-from tether.runtime import telemetry
-from tether.runtime.store import EffectRecord, EffectWrite
+from tether.runtime import approvals, telemetry
+from tether.runtime.store import ApprovalRecord, EffectRecord, EffectWrite
 
 if TYPE_CHECKING:
     from tether.runtime.cell import Cell, Step
@@ -111,10 +112,16 @@ class _Effect:
 
     async def resolve(self) -> Any:
         recorded = await self._recorded()
+        if recorded is not None and (
+            recorded.tool != self.tool.name or recorded.input_hash != self.input_hash
+        ):
+            return await self._violation(recorded)
+        if recorded is None or recorded.status in ("pending", "retry"):
+            # About to call: the gate decides whether the call waits for a person, and with
+            # which arguments it runs (as approved, perhaps modified).
+            await self._gate()
         if recorded is None:
             return await self._call(self._record("pending", attempts=1), first=True)
-        if recorded.tool != self.tool.name or recorded.input_hash != self.input_hash:
-            return await self._violation(recorded)
         match recorded.status:
             case "done":
                 return self._replay(recorded)
@@ -135,6 +142,95 @@ class _Effect:
                 why = f"attempt {recorded.attempts} did not report back (the process stopped)"
                 return await self._ambiguous(recorded, why)
         raise AssertionError("unreachable")  # pragma: no cover - _suspend raises
+
+    # -- the escalation gate (I9) -------------------------------------------------------------
+
+    async def _gate(self) -> None:
+        """Hold the call for a person when it needs approval; on approval, run exactly the
+        approved call (``self.kwargs`` / ``self.args_blob``); on rejection, raise."""
+        cell, tool = self.cell, self.tool
+        reason = self._escalation()
+        if reason is None:
+            return
+        rt = cell.runtime
+        rid = approvals.request_id_for(cell.actor_id, self.m.msg_id, self.idx)
+        record = await self._approval(rid)
+        now = rt.clock()
+        if record is None:
+            instance = cell.instance
+            context = instance.approval_context(tool.name, dict(self.kwargs)) if instance else {}
+            policy = getattr(instance, "approval_policy", None) or rt.approval_policy
+            record = approvals.new_request(
+                actor_id=cell.actor_id,
+                msg_id=self.m.msg_id,
+                idx=self.idx,
+                tool=tool,
+                args_blob=self.args_blob,
+                input_hash=self.input_hash,
+                reason=reason,
+                context=context,
+                policy=policy,
+                now=now,
+            )
+            self.step.suspend(
+                f"call {tool.name} waits for approval {rid}: {reason}",
+                until=record.deadline,
+                approval=record,
+            )
+            raise StepSuspended(self.step.suspended or reason)
+        if record.fingerprint != approvals.fingerprint(tool.name, self.input_hash):
+            raise DeterminismViolation(
+                tool.name,
+                rid,
+                f"approval {rid} was asked for another call at effect #{self.idx}; "
+                "what was approved is the only thing that may run there",
+            )
+        if record.status == "pending":
+            if now < record.deadline:
+                self.step.suspend(
+                    f"call {tool.name} waits for approval {rid}", until=record.deadline
+                )
+                raise StepSuspended(self.step.suspended or rid)
+            expired = approvals.timed_out(record, now)
+            if await rt.store.update_approval(expired, record.version):
+                record = expired
+                self.log.warning("approval_timed_out", request_id=rid, outcome=record.status)
+            else:  # decided meanwhile: take what is stored
+                record = (await rt.store.find_approvals(request_id=rid))[0]
+        if record.status == "rejected":
+            last = record.decisions[-1] if record.decisions else None
+            raise ApprovalRejected(
+                tool.name,
+                rid,
+                last.by if last else "unknown",
+                (last.reason if last else None) or "rejected",
+            )
+        if record.status != "approved" or record.approved_args is None:
+            raise DeterminismViolation(tool.name, rid, f"approval {rid} is {record.status}")
+        if record.approved_args != self.args_blob:
+            approved = tool.prepare(msgspec.msgpack.decode(record.approved_args, type=dict))
+            self.kwargs, self.args_blob = approved.kwargs, approved.args_blob
+        self.log.info(
+            "approval_applied", request_id=rid, modified=record.approved_args != record.args
+        )
+
+    def _escalation(self) -> str | None:
+        """Why this call must wait for a person, or None."""
+        if self.tool.requires_approval:
+            return f"tool {self.tool.name} requires approval"
+        forced = self.step.escalations.get(self.idx)
+        if forced is not None:
+            return forced
+        instance = self.cell.instance
+        if instance is not None:
+            return instance.escalation_reason(self.tool.name, dict(self.kwargs))
+        return None
+
+    async def _approval(self, request_id: str) -> ApprovalRecord | None:
+        if self.m.attempts <= 1 and self.m.parks == 0:
+            return None  # a message that never waited has no request yet
+        rows = await self.cell.runtime.store.find_approvals(request_id=request_id)
+        return rows[0] if rows else None
 
     async def _recorded(self) -> EffectRecord | None:
         """The ledger row of this slot. A message on its first attempt that never waited has

@@ -11,6 +11,7 @@ import msgspec
 from tether.errors import StoreError
 from tether.runtime.store import (
     ActorRecord,
+    ApprovalRecord,
     Batch,
     BatchResult,
     DeadLetter,
@@ -52,6 +53,7 @@ class MemoryStore:
         self.runtimes: dict[str, tuple[str, str, int, float]] = {}
         self.watches: dict[str, set[str]] = {}
         self.effects: dict[tuple[str, str, int], EffectRecord] = {}
+        self.approvals: dict[str, ApprovalRecord] = {}
         self._seq = 0
 
     async def open(self) -> None:
@@ -195,6 +197,8 @@ class MemoryStore:
                 e if old is None else msgspec.structs.replace(e, created_at=old.created_at)
             )
         for p in parks:
+            if p.approval is not None:
+                self.approvals.setdefault(p.approval.request_id, p.approval)
             row = mailbox.get(p.msg_id)
             if row is not None:
                 mailbox[p.msg_id] = msgspec.structs.replace(
@@ -423,6 +427,33 @@ class MemoryStore:
         self.mailbox[msg_id] = msgspec.structs.replace(
             row, seq=self._seq, msg=msgspec.structs.replace(row.msg, deliver_at=now)
         )
+        return True
+
+    async def find_approvals(
+        self,
+        *,
+        status: str | None = None,
+        actor_id: str | None = None,
+        request_id: str | None = None,
+    ) -> list[ApprovalRecord]:
+        self._check()
+        rows = [
+            a
+            for a in self.approvals.values()
+            if (status is None or a.status == status)
+            and (actor_id is None or a.actor_id == actor_id)
+            and (request_id is None or a.request_id == request_id)
+        ]
+        return sorted(rows, key=lambda a: (a.created_at, a.request_id))
+
+    async def update_approval(self, record: ApprovalRecord, expected_version: int) -> bool:
+        self._check()
+        old = self.approvals.get(record.request_id)
+        if old is None or old.version != expected_version:
+            return False
+        self.approvals[record.request_id] = record
+        if record.status != "pending":
+            self._unpark(record.msg_id, record.decided_at or 0.0)
         return True
 
     async def purge_receipts(self, before: float) -> int:

@@ -36,6 +36,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.runtime import telemetry
+from tether.runtime.approvals import ApprovalPolicy, Approvals
 from tether.runtime.cell import Cell, current_step
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
@@ -84,6 +85,8 @@ class Runtime:
         receipt_retention: seconds to keep finished effects (receipts) in the ledger after
             their step committed; a redelivery within that time replays them.
         max_message_bytes: the largest encoded message ``tell`` accepts.
+        approval_policy: the default deadline, default outcome and quorum of approval
+            requests (an actor class may set its own ``approval_policy``).
         clock: the time source for leases, delays, restart windows and backoff
             (``tether.testing.FakeClock`` in tests).
     """
@@ -103,6 +106,7 @@ class Runtime:
         receipt_retention: float = 7 * 24 * 3600.0,
         max_message_bytes: int = 1 << 20,
         clock: Clock | None = None,
+        approval_policy: ApprovalPolicy | None = None,
     ) -> None:
         _positive("max_attempts", max_attempts, integer=True)
         _positive("snapshot_every", snapshot_every, integer=True)
@@ -143,6 +147,8 @@ class Runtime:
         self.dead_letters = DeadLetters(self)
         self.supervision = Supervision(self)
         self.quarantine = Quarantine(self)
+        self.approvals = Approvals(self)
+        self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
 
         self._encoder = msgspec.msgpack.Encoder()
         self.encode = self._encoder.encode
@@ -542,6 +548,15 @@ class Runtime:
         known = self._known.get(actor_id)
         if known is not None:
             self._known[actor_id] = (known[0], status)
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def wake_at(self, when: float) -> None:
+        """Make the scheduler look at the mailboxes again at ``when`` (a parked step's deadline)."""
+        heapq.heappush(self._timers, when)
+        self._scheduler_wake.set()
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the runtime's task group (it ends with the runtime)."""

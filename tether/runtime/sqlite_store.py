@@ -21,10 +21,11 @@ import aiosqlite
 import anyio
 import msgspec
 
-from tether.errors import SchemaVersionError, StoreError, StoreOpenError
+from tether.errors import CorruptRecordError, SchemaVersionError, StoreError, StoreOpenError
 from tether.runtime.store import (
     SCHEMA_VERSION,
     ActorRecord,
+    ApprovalRecord,
     Batch,
     BatchResult,
     DeadLetter,
@@ -124,6 +125,15 @@ CREATE TABLE effects (
     PRIMARY KEY (actor_id, msg_id, idx)
 ) WITHOUT ROWID;
 CREATE INDEX effects_by_status ON effects(status, updated_at);
+CREATE TABLE approvals (
+    request_id TEXT PRIMARY KEY,
+    actor_id   TEXT NOT NULL,
+    status     TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    record     BLOB NOT NULL
+);
+CREATE INDEX approvals_by_status ON approvals(status, created_at);
 CREATE TABLE runtimes (
     runtime_id TEXT PRIMARY KEY,
     host       TEXT NOT NULL,
@@ -460,6 +470,16 @@ class SqliteStore:
         effects.extend(p.effect for p in parks if p.effect is not None)
         if effects:
             await db.executemany(_UPSERT_EFFECT, [_effect_row(e) for e in effects])
+        requests = [p.approval for p in parks if p.approval is not None]
+        if requests:
+            await db.executemany(
+                "INSERT OR IGNORE INTO approvals (request_id, actor_id, status, version, "
+                "created_at, record) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (a.request_id, a.actor_id, a.status, a.version, a.created_at, _encode(a))
+                    for a in requests
+                ],
+            )
         if parks:
             # The claim counted an attempt that did not fail: give it back (I7 counts failures
             # and unfinished deliveries, not waiting).
@@ -786,6 +806,53 @@ class SqliteStore:
                 raise
             return moved
 
+    async def find_approvals(
+        self,
+        *,
+        status: str | None = None,
+        actor_id: str | None = None,
+        request_id: str | None = None,
+    ) -> list[ApprovalRecord]:
+        where, params = [], []
+        for column, value in (
+            ("status", status),
+            ("actor_id", actor_id),
+            ("request_id", request_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = "SELECT request_id, record FROM approvals"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = await self._read(sql + " ORDER BY created_at, request_id", params)
+        return [_approval(rid, blob) for rid, blob in rows]
+
+    async def update_approval(self, record: ApprovalRecord, expected_version: int) -> bool:
+        async with self._write_lock:
+            db = self._w()
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+                cur = await db.execute(
+                    "UPDATE approvals SET status = ?, version = ?, record = ? "
+                    "WHERE request_id = ? AND version = ?",
+                    (
+                        record.status,
+                        record.version,
+                        _encode(record),
+                        record.request_id,
+                        expected_version,
+                    ),
+                )
+                swapped = cur.rowcount == 1
+                if swapped and record.status != "pending":
+                    await _unpark(db, record.msg_id, record.decided_at or 0.0)
+                await db.execute("COMMIT")
+            except BaseException:
+                await _rollback(db)
+                raise
+            return swapped
+
     async def purge_receipts(self, before: float) -> int:
         counts = await self._write(
             [
@@ -852,6 +919,18 @@ def _effect(row: Sequence[Any]) -> EffectRecord:
         created_at=created_at,
         updated_at=updated_at,
     )
+
+
+_approval_decoder = msgspec.msgpack.Decoder(ApprovalRecord)
+
+
+def _approval(request_id: str, blob: bytes) -> ApprovalRecord:
+    try:
+        return _approval_decoder.decode(blob)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(
+            f"approval request {request_id!r} cannot be decoded: {exc}"
+        ) from exc
 
 
 async def _unpark(db: aiosqlite.Connection, msg_id: str, now: float) -> bool:

@@ -222,6 +222,46 @@ class EffectWrite(msgspec.Struct):
         return self.record.actor_id
 
 
+class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """One person's decision on an approval request, as recorded."""
+
+    kind: str  # "approve" | "reject" | "modify"
+    by: str
+    at: float
+    reason: str | None = None
+    args: bytes | None = None  # "modify": msgpack of the new arguments
+
+
+class ApprovalRecord(msgspec.Struct, kw_only=True):
+    """An approval request (I9), from the moment a call is held until it is decided.
+
+    The request is bound to ``fingerprint`` (tool + canonical input): what is approved is what
+    runs. ``version`` grows with every change, so concurrent deciders never overwrite each
+    other (compare-and-swap in ``Store.update_approval``).
+    """
+
+    request_id: str
+    actor_id: str
+    msg_id: str
+    idx: int
+    tool: str
+    tool_path: str  # "module:qualname" of the tool, to validate modified arguments anywhere
+    args: bytes  # msgpack of the requested arguments
+    fingerprint: str
+    reason: str  # why the call was escalated
+    context: bytes  # msgpack dict: what a reviewer needs (goal, if rejected, ...)
+    deadline: float
+    on_timeout: str  # "reject" | "approve"
+    quorum: int
+    status: str = "pending"  # "pending" | "approved" | "rejected"
+    decisions: list[ApprovalDecision] = msgspec.field(default_factory=list)
+    approved_args: bytes | None = None  # set when approved: the arguments that will run
+    approved_fingerprint: str | None = None
+    version: int = 0
+    created_at: float = 0.0
+    decided_at: float | None = None
+
+
 class Park(msgspec.Struct):
     """Set a message aside without counting its attempt: its step waits for a person (a
     quarantined effect, an approval) until ``until`` or until something unparks it. The effect
@@ -232,6 +272,7 @@ class Park(msgspec.Struct):
     msg_id: str
     until: float = PARKED
     effect: EffectRecord | None = None
+    approval: ApprovalRecord | None = None  # stored unless a request with its id exists
 
 
 FencedWrite = LeaseRelease | StepCommit | Claim | AttemptFailed | EffectWrite | Park
@@ -366,6 +407,22 @@ class Store(Protocol):
     async def unpark(self, msg_id: str, now: float) -> bool:
         """Make a parked message due at ``now`` (stored after every other message, so that
         every runtime's scan sees it). False if it is not parked."""
+        ...
+
+    async def find_approvals(
+        self,
+        *,
+        status: str | None = None,
+        actor_id: str | None = None,
+        request_id: str | None = None,
+    ) -> list[ApprovalRecord]:
+        """Approval requests matching every filter given, oldest first."""
+        ...
+
+    async def update_approval(self, record: ApprovalRecord, expected_version: int) -> bool:
+        """Store ``record`` if the stored one still has ``expected_version``; when ``record`` is
+        no longer pending, make its parked message due now (``record.decided_at``). False if
+        someone else changed it first (nothing written)."""
         ...
 
     async def purge_receipts(self, before: float) -> int:

@@ -49,6 +49,15 @@ effects_replayed = meter.create_counter(
 effects_quarantined = meter.create_counter(
     "tether.effects.quarantined", description="ambiguous effects held for a person"
 )
+escalations = meter.create_counter(
+    "tether.approvals.requested", description="calls held for a person (escalations)"
+)
+approval_decisions = meter.create_counter(
+    "tether.approvals.decisions", description="approval decisions recorded"
+)
+approval_latency = meter.create_histogram(
+    "tether.approvals.latency", unit="s", description="time from request to final decision"
+)
 
 
 _checked_at = -1.0

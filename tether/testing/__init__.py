@@ -1,5 +1,8 @@
-"""What users need to test their actors: a fake clock (more tools arrive with effects)."""
+"""What users need to test their agents: a fake clock, fault injection per tool and call
+number, and (in ``tether.testing.payments``, imported on its own because it also runs as a
+separate process) a fake payments service that honors idempotency keys and counts refunds."""
 
 from tether.testing.clock import FakeClock as FakeClock
+from tether.testing.faults import FaultInjector as FaultInjector
 
-__all__ = ("FakeClock",)
+__all__ = ("FakeClock", "FaultInjector")

@@ -1,0 +1,1 @@
+"""Guards: the pure, clock-driven cores of per-tool circuit breakers and loop detectors."""
