@@ -19,6 +19,7 @@
     │   ├── ToolFailed                      the tool raised; the error is recorded and replayed
     │   ├── TransientToolError              raised BY a tool: not carried out, safe to call again
     │   ├── ToolUnavailable                 the tool's circuit breaker is open; retry after retry_at
+    │   ├── LoopDetected                    the session repeats itself; the call was not made
     │   ├── EffectAborted                   a person aborted the quarantined effect
     │   ├── ApprovalRejected                a person (or the deadline) rejected the call
     │   └── DeterminismViolation            a replayed step asked for a different effect
@@ -102,11 +103,13 @@ class MessageDeadLettered(TetherError):
     def __init__(self, actor_id: str, msg_id: str, errors: Sequence[str]) -> None:
         self.actor_id = actor_id
         self.msg_id = msg_id
-        self.errors = tuple(errors)
-        last = self.errors[-1] if self.errors else "unknown error"
+        self.errors = tuple(errors)  # one entry per attempt, then why it was dead-lettered
+        attempts = [e for e in self.errors if e.startswith("attempt ")]
+        last = attempts[-1] if attempts else "no attempt finished"
+        why = self.errors[-1] if self.errors and not self.errors[-1].startswith("attempt ") else ""
         super().__init__(
-            f"message {msg_id} to {actor_id!r} was dead-lettered after "
-            f"{len(self.errors)} attempt(s); last error: {last}"
+            f"message {msg_id} to {actor_id!r} was dead-lettered after {len(attempts)} "
+            f"attempt(s) ({why or 'no reason recorded'}); last error: {last}"
         )
 
 
@@ -261,3 +264,18 @@ class ApprovalRejected(ToolError):
         self.by = by
         self.reason = reason
         super().__init__(tool, f"call rejected by {by} ({request_id}): {reason}")
+
+
+class LoopDetected(ToolError):
+    """The session's loop detector caught a repeating pattern; the call was not made.
+
+    ``response`` is what the session's ``LoopPolicy`` says to do: ``feedback`` (tell the
+    model ``detail``), ``reset`` (restart its context from a clean summary) or ``stop``. An
+    ``escalate`` response never raises: the call is held for a person instead.
+    """
+
+    def __init__(self, tool: str, pattern: str, response: str, detail: str) -> None:
+        self.pattern = pattern
+        self.response = response
+        self.detail = detail
+        super().__init__(tool, f"loop detected ({pattern}, response {response}): {detail}")

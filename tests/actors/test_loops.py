@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from tether.actors.guards.loops import (
     Detection,
     LoopCallObserved,
-    LoopDetected,
     LoopDetector,
     LoopEvent,
+    LoopFlagged,
     LoopPolicy,
     LoopReset,
     LoopResultObserved,
@@ -276,7 +276,7 @@ def test_reset_response_clears_the_history() -> None:
     agent.call("search", q="x")
     agent.call("search", q="x")
     assert agent.detections[-1].response == "reset"
-    assert [type(e) for e in agent.journal[-3:]] == [LoopCallObserved, LoopDetected, LoopReset]
+    assert [type(e) for e in agent.journal[-3:]] == [LoopCallObserved, LoopFlagged, LoopReset]
     assert agent.detector.state == LoopState()
     assert agent.call("search", q="x") is None
 

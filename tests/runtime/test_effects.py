@@ -16,6 +16,7 @@ import tether
 from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Do, Ping
 from tether.runtime.effects import effect_key
+from tether.runtime.store import Batch, LeaseAcquire
 
 pytestmark = pytest.mark.anyio
 
@@ -364,13 +365,21 @@ async def test_a_stale_owner_records_no_intent_and_calls_no_tool(tmp_path: Path)
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Ping(), timeout=5) == "pong"
         cell = rt.cells["a1"]
-        # The lease moved on behind this cell's back: its fencing token is stale.
-        cell.fence -= 1
-        assert await a.ask(Do(effects=["refund"]), timeout=5) == ["refund o0 100"]
-        # The stale cell's intent was rejected before any call; it left, and a fresh
-        # activation with the current token made the one and only call.
-        assert rt.cells["a1"] is not cell
-    assert len(fx.CALLS) == 1
+        # Another owner (a live runtime on another host) takes the lease behind this cell's
+        # back: its fencing token goes up.
+        now = rt.clock()
+        await rt.store.register_runtime("intruder", "elsewhere", 1, now)
+        taken = await rt.store.apply(
+            Batch(acquires=[LeaseAcquire("a1", "intruder", now + 600, now + 10**6)])
+        )
+        assert taken.leases["a1"] == cell.fence + 1
+        await a.tell(Do(effects=["refund"]))
+        with anyio.fail_after(5):
+            while rt.cells.get("a1") is cell:
+                await anyio.sleep(0.01)
+        # The stale cell's intent was rejected before any call, and it left.
+        assert await effects(rt, "a1") == []
+    assert fx.CALLS == []
 
 
 async def test_the_fault_injector_fails_delays_and_hangs_chosen_calls(tmp_path: Path) -> None:

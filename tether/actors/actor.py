@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import msgspec
@@ -51,6 +51,8 @@ class ActorCell(Protocol):
     async def watch(self, actor_id: str) -> None: ...
 
     async def effect(self, tool: Any, args: dict[str, Any]) -> Any: ...
+
+    def append_events(self, events: Sequence[Event]) -> Awaitable[Any]: ...
 
     @property
     def runtime(self) -> Any: ...

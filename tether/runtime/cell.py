@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import traceback
 from collections import deque
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from tether.errors import (
     JournalWriteError,
     StaleLeaseError,
     StepSuspended,
+    ToolUnavailable,
 )
 from tether.runtime import effects, telemetry
 from tether.runtime.store import (
@@ -221,9 +223,70 @@ class Cell:
             raise ConfigError(f"{self._actor_id}: effect() is only allowed inside handle()")
         return await effects.perform(self, step, tool, args)
 
-    async def commit_effect(self, write: EffectWrite) -> None:
-        """Commit one ledger row now (an intent must be durable before its call)."""
-        await self._commit(write)
+    def append_events(self, events: Sequence[Event]) -> asyncio.Future[Any]:
+        """Apply ``events`` to the state now and queue their journal append; the returned
+        future resolves when it is committed. For guards, whose decisions are made on other
+        actors' effect paths rather than in a handler of their own: the caller submits its own
+        write before awaiting, so both land in one group commit.
+
+        If the append is not committed, the state in memory is ahead of the journal: the
+        instance is re-folded from the store before it is used again.
+        """
+        assert self.instance is not None
+        rows: list[JournalRow] = []
+        for event in events:
+            rows.append(JournalRow(self.seq + len(rows) + 1, self.runtime.encode(event)))
+            self._state = self.instance.apply(self._state, event)
+        loop = asyncio.get_running_loop()
+        if not rows:
+            done: asyncio.Future[Any] = loop.create_future()
+            done.set_result(None)
+            return done
+        every = self.runtime.snapshot_every
+        new_seq = self.seq + len(rows)
+        snapshot = (
+            Snapshot(new_seq, self.runtime.encode(self._state))
+            if new_seq // every > self.seq // every
+            else None
+        )
+        self.seq = new_seq
+        # A step with no mailbox message is a pure journal append.
+        write = StepCommit(
+            actor_id=self._actor_id,
+            fence=self.fence,
+            msg_id=f"append:{self._actor_id}:{new_seq}",
+            events=rows,
+            outbox=[],
+            snapshot=snapshot,
+        )
+        fut = self.runtime.committer.submit(write)
+        fut.add_done_callback(self._append_settled)
+        return fut
+
+    def _append_settled(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is None:
+            return
+        telemetry.log.error(
+            "guard_append_failed", actor_id=self._actor_id, error=repr(fut.exception())
+        )
+        self.runtime.start_soon(self._refold)
+
+    async def _refold(self) -> None:
+        try:
+            await self.restart()
+        except Exception as exc:  # noqa: BLE001 - logged; the next use finds the old state
+            telemetry.log.error("guard_refold_failed", actor_id=self._actor_id, error=repr(exc))
+
+    async def commit_effect(self, write: EffectWrite, *with_: asyncio.Future[Any]) -> None:
+        """Commit one ledger row now (an intent must be durable before its call), in the same
+        group commit as the already submitted writes ``with_`` (guard journal appends)."""
+        fut = self.runtime.committer.submit(write)  # no await before: one batch with `with_`
+        try:
+            await asyncio.gather(fut, *with_)
+        except StaleLeaseError as exc:
+            telemetry.stale_commits.add(1)
+            self._state_lost()
+            raise Deactivate(str(exc)) from exc
 
     def stop_self(self, reason: str) -> None:
         if self.step is None or self.step.closed:
@@ -499,6 +562,11 @@ class Cell:
             step.closed = True
             self.step = None
             current_step.reset(token)
+        if isinstance(failure, ToolUnavailable) and m.local is None:
+            # The call was not made and cannot be before retry_at: redelivering at once would
+            # burn the message's attempts in milliseconds. It waits, uncounted, instead.
+            step.suspend(str(failure), until=failure.retry_at)
+            failure = None
         if step.suspended is not None:
             # Waiting for a person wins over whatever the handler did after the wait began.
             self._state = state_before

@@ -22,26 +22,32 @@ step replays from the start with every earlier effect answered from the ledger.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import msgspec
 
+from tether.actors.guards.breaker import CallToken, Refused
 from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
 from tether.errors import (
     ApprovalRejected,
     ConfigError,
     DeterminismViolation,
     EffectAborted,
+    LoopDetected,
     StepSuspended,
     ToolFailed,
+    ToolUnavailable,
 )
 from tether.runtime import approvals, telemetry
 from tether.runtime.store import ApprovalRecord, EffectRecord, EffectWrite
 
 if TYPE_CHECKING:
     from tether.runtime.cell import Cell, Step
+    from tether.runtime.guards import BreakerGuard, LoopWatch
     from tether.runtime.store import StoredMessage
 
 
@@ -104,6 +110,9 @@ class _Effect:
         self.args_blob, self.input_hash = args_blob, input_hash
         self.replayed = False
         self.attempt = 0
+        self.breaker: BreakerGuard | None = None
+        self.loops: LoopWatch | None = None
+        self.pending: list[asyncio.Future[Any]] = []  # guard journal appends to commit with us
         self.log = telemetry.log.bind(
             actor_id=cell.actor_id, msg_id=m.msg_id, tool=tool.name, effect_key=key
         )
@@ -117,8 +126,13 @@ class _Effect:
         ):
             return await self._violation(recorded)
         if recorded is None or recorded.status in ("pending", "retry"):
-            # About to call: the gate decides whether the call waits for a person, and with
-            # which arguments it runs (as approved, perhaps modified).
+            # About to call: loop detector -> breaker -> gate -> ledger (DESIGN §6). The loop
+            # detector sees each call once (a replay of its slot is not a new call); the
+            # breaker admits each attempt; the gate decides whether the call waits for a
+            # person, and with which arguments it runs (as approved, perhaps modified).
+            if recorded is None:
+                await self._watch_loops()
+            self.breaker = await self.cell.runtime.guards.breaker(self.tool)
             await self._gate()
         if recorded is None:
             return await self._call(self._record("pending", attempts=1), first=True)
@@ -271,9 +285,75 @@ class _Effect:
         )
 
     async def _write(self, rec: EffectRecord) -> None:
-        await self.cell.commit_effect(EffectWrite(self.cell.fence, rec))
+        """Commit ``rec``, together with the guard events decided since the last write."""
+        guards, self.pending = self.pending, []
+        await self.cell.commit_effect(EffectWrite(self.cell.fence, rec), *guards)
         assert self.step.ledger is not None
         self.step.ledger[self.idx] = rec
+
+    async def _flush(self) -> None:
+        """Commit the guard events decided so far, when no effect write follows them."""
+        guards, self.pending = self.pending, []
+        if guards:
+            await asyncio.gather(*guards)
+
+    def _journal(self, fut: asyncio.Future[Any] | None) -> None:
+        if fut is not None:
+            self.pending.append(fut)
+
+    # -- loop detector and breaker -----------------------------------------------------------
+
+    async def _watch_loops(self) -> None:
+        loops = self.loops = await self.cell.runtime.guards.loops(self.cell)
+        if loops is None:
+            return
+        now = self.cell.runtime.clock()
+        slot = f"{self.m.msg_id}#{self.idx}"
+        detection, events = loops.call(self.tool.name, self._requested(), now, slot)
+        self._journal(loops.journal(events))
+        if detection is None:
+            detection = loops.take_pending()
+        if detection is None:
+            return
+        telemetry.loop_detections.add(1, {"pattern": detection.pattern})
+        self.log.warning(
+            "loop_detected",
+            pattern=detection.pattern,
+            response=detection.response,
+            detail=detection.detail,
+        )
+        if detection.response == "escalate":
+            self.step.escalations[self.idx] = f"loop detected: {detection.detail}"
+            return
+        await self._flush()
+        raise LoopDetected(self.tool.name, detection.pattern, detection.response, detection.detail)
+
+    def _requested(self) -> dict[str, Any]:
+        return msgspec.msgpack.decode(self.args_blob, type=dict[str, Any])
+
+    def _admit(self, rec: EffectRecord) -> CallToken | None:
+        """The breaker's admission of the next attempt; ``ToolUnavailable`` if it is open."""
+        breaker = self.breaker
+        if breaker is None:
+            return None
+        now = self.cell.runtime.clock()
+        admission, events = breaker.admit(now)
+        self._journal(breaker.journal(events))
+        if isinstance(admission, Refused):
+            raise ToolUnavailable(
+                self.tool.name,
+                admission.describe(self.tool.name, now),
+                admission.retry_at,
+                max(0.0, admission.retry_at - now),
+            )
+        return admission.token
+
+    def _outcome(self, token: CallToken | None, exc: BaseException | None, started: float) -> None:
+        if self.breaker is None or token is None:
+            return
+        duration = time.monotonic() - started
+        events = self.breaker.record(token, exc, duration, self.cell.runtime.clock())
+        self._journal(self.breaker.journal(events))
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -300,12 +380,26 @@ class _Effect:
         outcomes that say the call was not carried out, under the tool's retry policy."""
         tool = self.tool
         while True:
+            try:
+                token = self._admit(rec)
+            except ToolUnavailable:
+                await self._flush()
+                if not first:
+                    # An earlier attempt is known not to have been carried out: say so, so
+                    # that the redelivery calls again instead of treating it as ambiguous.
+                    await self._write(msgspec.structs.replace(rec, status="retry"))
+                raise
             await self._write(rec)  # I4: the intent is durable before the call
+            first = False
             self.attempt = rec.attempts
             telemetry.effects_run.add(1, {"tool": tool.name})
+            started = time.monotonic()
             try:
                 value = await self._invoke()
-            except Exception as exc:
+            except BaseException as exc:
+                self._outcome(token, exc, started)
+                if not isinstance(exc, Exception):
+                    raise  # cancellation: the intent stays, ambiguous, for the recovery policy
                 outcome = classify(exc)
                 error = f"{type(exc).__name__}: {exc}"
                 history = [*rec.history, f"attempt {rec.attempts}: {error}"]
@@ -338,6 +432,13 @@ class _Effect:
                     )
                 )
                 raise ToolFailed(tool.name, self.key, error, rec.attempts) from exc
+            self._outcome(token, None, started)
+            if self.loops is not None:
+                now = self.cell.runtime.clock()
+                detection, events = self.loops.result(tool.name, self._requested(), value, now)
+                self._journal(self.loops.journal(events))
+                if detection is not None:
+                    self.loops.hold(detection)  # told before the session's next call
             return await self._receipt(rec, value)
 
     async def _invoke(self) -> Any:

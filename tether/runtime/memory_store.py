@@ -191,11 +191,7 @@ class MemoryStore:
         ledger = [e.record for e in batch.effects if e.actor_id not in stale]
         ledger.extend(p.effect for p in parks if p.effect is not None)
         for e in ledger:
-            slot = (e.actor_id, e.msg_id, e.idx)
-            old = self.effects.get(slot)
-            self.effects[slot] = (
-                e if old is None else msgspec.structs.replace(e, created_at=old.created_at)
-            )
+            self._upsert_effect(e)
         for p in parks:
             if p.approval is not None:
                 self.approvals.setdefault(p.approval.request_id, p.approval)
@@ -408,11 +404,29 @@ class MemoryStore:
         if not found:
             return None
         old = found[0]
-        self.effects[(old.actor_id, old.msg_id, old.idx)] = msgspec.structs.replace(
-            record, created_at=old.created_at
-        )
+        self._upsert_effect(record)
         self._unpark(old.msg_id, now)
         return record
+
+    def _upsert_effect(self, e: EffectRecord) -> None:
+        """Insert the row, or replace only the outcome of the slot's row (as SQLite's upsert):
+        a slot's identity (key, tool, input hash, args) and created_at are fixed."""
+        slot = (e.actor_id, e.msg_id, e.idx)
+        old = self.effects.get(slot)
+        self.effects[slot] = (
+            e
+            if old is None
+            else msgspec.structs.replace(
+                old,
+                status=e.status,
+                attempts=e.attempts,
+                result=e.result,
+                error=e.error,
+                reason=e.reason,
+                history=list(e.history),
+                updated_at=e.updated_at,
+            )
+        )
 
     async def unpark(self, msg_id: str, now: float) -> bool:
         self._check()

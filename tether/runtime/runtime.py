@@ -41,6 +41,7 @@ from tether.runtime.cell import Cell, current_step
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
+from tether.runtime.guards import Guards
 from tether.runtime.memory_store import MemoryStore
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.sqlite_store import Durability, SqliteStore
@@ -148,6 +149,7 @@ class Runtime:
         self.supervision = Supervision(self)
         self.quarantine = Quarantine(self)
         self.approvals = Approvals(self)
+        self.guards = Guards(self)
         self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
 
         self._encoder = msgspec.msgpack.Encoder()
@@ -612,6 +614,10 @@ class Runtime:
         except Exception as exc:  # noqa: BLE001 - recorded; retried after a backoff
             telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
             self.activation_failed(actor_id, exc)
+
+    async def activate(self, actor_id: str) -> Cell | None:
+        """Activate ``actor_id`` here if nobody else owns it; its cell, or None."""
+        return await self._activate(actor_id)
 
     async def _activate(self, actor_id: str) -> Cell | None:
         """Take the actor's lease and start its cell here; None if someone else holds it."""

@@ -936,12 +936,20 @@ def _approval(request_id: str, blob: bytes) -> ApprovalRecord:
 async def _unpark(db: aiosqlite.Connection, msg_id: str, now: float) -> bool:
     """Re-store a parked message at the end of the mailbox, due now: a new seq, so that every
     runtime's watermark scan sees it, whoever parked it."""
+    # The new seq is above every seq ever assigned (AUTOINCREMENT's high-water mark in
+    # sqlite_sequence), not just above the rows still in the mailbox: a watermark may already
+    # be past acked messages. An UPDATE does not move that mark, so move it by hand, or the
+    # next INSERT would reuse this seq once the message is acked.
     cur = await db.execute(
-        "UPDATE mailbox SET deliver_at = ?, seq = (SELECT max(seq) + 1 FROM mailbox) "
+        "UPDATE mailbox SET deliver_at = ?, "
+        "seq = (SELECT seq + 1 FROM sqlite_sequence WHERE name = 'mailbox') "
         "WHERE msg_id = ? AND deliver_at > ?",
         (now, msg_id, now),
     )
-    return cur.rowcount == 1
+    if cur.rowcount != 1:
+        return False
+    await db.execute("UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'mailbox'")
+    return True
 
 
 _ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"

@@ -58,6 +58,12 @@ approval_decisions = meter.create_counter(
 approval_latency = meter.create_histogram(
     "tether.approvals.latency", unit="s", description="time from request to final decision"
 )
+breaker_transitions = meter.create_counter(
+    "tether.breakers.transitions", description="circuit breaker state changes"
+)
+loop_detections = meter.create_counter(
+    "tether.loops.detected", description="loop patterns detected in sessions"
+)
 
 
 _checked_at = -1.0

@@ -158,6 +158,7 @@ class LoopCall(msgspec.Struct, frozen=True, array_like=True):
     tool: str
     args_hash: str
     result_hash: str | None = None
+    slot: str = ""  # where the call was made (actor, message, effect index): replays skip it
 
 
 class LoopState(msgspec.Struct, frozen=True, kw_only=True):
@@ -180,6 +181,7 @@ class LoopCallObserved(Event):
     at: float
     tool: str
     args_hash: str
+    slot: str = ""
 
 
 class LoopResultObserved(Event):
@@ -191,7 +193,7 @@ class LoopResultObserved(Event):
     result_hash: str
 
 
-class LoopDetected(Event):
+class LoopFlagged(Event):
     """A pattern was detected and answered with ``response`` (audit, and the feedback ladder)."""
 
     at: float
@@ -208,7 +210,7 @@ class LoopReset(Event):
     reason: str
 
 
-LoopEvent: TypeAlias = LoopCallObserved | LoopResultObserved | LoopDetected | LoopReset
+LoopEvent: TypeAlias = LoopCallObserved | LoopResultObserved | LoopFlagged | LoopReset
 
 
 class Detection(msgspec.Struct, frozen=True, kw_only=True):
@@ -261,7 +263,7 @@ class LoopDetector:
         """The state after ``event``. Pure: reads only the policy's history bound."""
         keep = self.policy.history
         if isinstance(event, LoopCallObserved):
-            call = LoopCall(tool=event.tool, args_hash=event.args_hash)
+            call = LoopCall(tool=event.tool, args_hash=event.args_hash, slot=event.slot)
             calls = state.calls + 1
             return LoopState(
                 history=(*state.history, call)[-keep:],
@@ -275,11 +277,11 @@ class LoopDetector:
                     and call.tool == event.tool
                     and call.args_hash == event.args_hash
                 ):
-                    filled = LoopCall(call.tool, call.args_hash, event.result_hash)
+                    filled = LoopCall(call.tool, call.args_hash, event.result_hash, call.slot)
                     history = (*state.history[:i], filled, *state.history[i + 1 :])
                     return msgspec.structs.replace(state, history=history)
             return state  # its call left the history (or was reset away): nothing to fill
-        if isinstance(event, LoopDetected):
+        if isinstance(event, LoopFlagged):
             if event.response != "feedback":
                 return state
             return msgspec.structs.replace(state, feedbacks=(*state.feedbacks, state.calls))
@@ -290,10 +292,18 @@ class LoopDetector:
     # -- decisions -----------------------------------------------------------------------------
 
     def observe_call(
-        self, tool: str, args_hash: str, *, now: float
+        self, tool: str, args_hash: str, *, now: float, slot: str = ""
     ) -> tuple[Detection | None, list[LoopEvent]]:
-        """Observe a call before it runs; returns a detection (or ``None``) and the events."""
-        events: list[LoopEvent] = [LoopCallObserved(at=now, tool=tool, args_hash=args_hash)]
+        """Observe a call before it runs; returns a detection (or ``None``) and the events.
+
+        ``slot`` names where the call was made; a call whose slot is already in the history is
+        a replay of the same step (after a wait or a crash), not a new call: nothing happens.
+        """
+        if slot and any(c.slot == slot for c in self.state.history):
+            return None, []
+        events: list[LoopEvent] = [
+            LoopCallObserved(at=now, tool=tool, args_hash=args_hash, slot=slot)
+        ]
         self._emit(events)
         detection = self._answer(self._check_call(self.state.history), events, now)
         return detection, events
@@ -337,7 +347,7 @@ class LoopDetector:
             response = self.policy.after_feedback
             detail += f" The loop went on after {len(self.state.feedbacks)} warnings."
         more: list[LoopEvent] = [
-            LoopDetected(at=now, pattern=pattern, response=response, tool=tool, detail=detail)
+            LoopFlagged(at=now, pattern=pattern, response=response, tool=tool, detail=detail)
         ]
         if response == "reset":
             more.append(LoopReset(at=now, reason=detail))

@@ -1,0 +1,143 @@
+"""The guards as journaled actors in the supervision tree (DESIGN §6, I10).
+
+* ``Breaker`` (id ``breaker:<tool>``): one per tool, shared by every session of the runtime,
+  a child of the ``tether.guards`` supervisor.
+* ``LoopGuard`` (id ``<session>/loops``): one per session that has a loop policy.
+
+Their decisions are made on the effect path itself, synchronously on the live instance's state
+(``tether.runtime.guards``), because a message round trip per call would cost more than the
+call's own ledger writes. The events those decisions return are appended to the guard's journal
+in the same group commit as the effect's intent or receipt. So a guard's state is always the
+fold of its journal: after a crash an open breaker is still open until the same moment, and a
+session's recent calls are still remembered.
+
+Invariant: a guard's events are only ever appended through ``Cell.append_events`` — never with
+``persist`` inside a handler — so that direct appends and messages never race for a sequence
+number. The messages below are for people and tools (reset, inspect).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from tether.actors.actor import Actor
+from tether.actors.guards.breaker import (
+    BreakerClosed,
+    BreakerCore,
+    BreakerEvent,
+    BreakerPolicy,
+    BreakerState,
+)
+from tether.actors.guards.loops import Detection, LoopDetector, LoopEvent, LoopPolicy, LoopState
+from tether.actors.messages import Message
+from tether.supervisor.spec import OneForOne
+from tether.supervisor.supervisor import Supervisor
+
+GUARDS_SUPERVISOR = "tether.guards"
+
+
+def breaker_id(tool: str) -> str:
+    return f"breaker:{tool}"
+
+
+def loops_id(actor_id: str) -> str:
+    return f"{actor_id}/loops"
+
+
+class GuardSupervisor(Supervisor):
+    """Supervises the runtime-wide guards (the breakers). A breaker that fails is restarted
+    and re-folds its journal; the sessions using it are not disturbed."""
+
+    strategy = OneForOne(max_restarts=100, within=60.0)
+    children: ClassVar[list[Any]] = []
+
+
+class ResetBreaker(Message):
+    """Close the breaker now (an operator knows the tool is back)."""
+
+    by: str = "operator"
+
+
+class GetBreakerState(Message):
+    pass
+
+
+class Breaker(Actor[BreakerState]):
+    """A tool's circuit breaker. ``kind`` picks the defaults of the seeds' table; a tool's
+    own ``BreakerPolicy`` replaces it while the tool is in use in this process."""
+
+    initial_state = BreakerState()
+
+    def __init__(self, tool: str, kind: str = "external_api") -> None:
+        self.tool = tool
+        self.kind = kind
+        self.policy = BreakerPolicy.for_kind(kind)
+
+    def core(self) -> BreakerCore:
+        return BreakerCore(self.policy, self.state)
+
+    def apply(self, state: BreakerState, event: BreakerEvent) -> BreakerState:
+        return BreakerCore(self.policy, state).apply(state, event)
+
+    async def handle(self, msg: ResetBreaker | GetBreakerState) -> dict[str, Any]:
+        if isinstance(msg, ResetBreaker) and self.state.status != "closed":
+            clock = self._tether_cell.runtime.clock
+            await self._tether_cell.append_events([BreakerClosed(at=clock())])
+        return self.describe()
+
+    def describe(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "tool": self.tool,
+            "status": state.status,
+            "trips": state.trips,
+            "reason": state.reason,
+            "until": state.until if state.status != "closed" else None,
+        }
+
+    def summary(self) -> str:
+        """One line for ``rt.tree()``."""
+        state = self.state
+        if state.status == "closed":
+            return "closed"
+        return f"{state.status} until {state.until:.0f} ({state.reason}); trips={state.trips}"
+
+
+class ResetLoops(Message):
+    """Forget the session's recent calls (after a context reset or a person's go-ahead)."""
+
+    reason: str = "reset by an operator"
+
+
+class GetLoopState(Message):
+    pass
+
+
+class LoopGuard(Actor[LoopState]):
+    """One session's loop detector: its recent calls and detections, journaled."""
+
+    initial_state = LoopState()
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.policy = LoopPolicy()
+        # A no-progress detection made on a result, to be told before the next call. In
+        # memory only: if it is lost in a crash, the next repeat detects it again.
+        self.held: Detection | None = None
+
+    def detector(self) -> LoopDetector:
+        return LoopDetector(self.policy, self.state)
+
+    def apply(self, state: LoopState, event: LoopEvent) -> LoopState:
+        return LoopDetector(self.policy, state).apply(state, event)
+
+    async def handle(self, msg: ResetLoops | GetLoopState) -> dict[str, Any]:
+        if isinstance(msg, ResetLoops):
+            events = self.detector().reset(now=self._tether_cell.runtime.clock(), reason=msg.reason)
+            await self._tether_cell.append_events(events)
+        return {"session": self.session_id, **msgspec.to_builtins(self.state)}
+
+    def summary(self) -> str:
+        return f"{len(self.state.history)} recent call(s)"

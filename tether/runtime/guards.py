@@ -1,0 +1,231 @@
+"""``rt.guards``: finds (or creates) the guard actors an effect passes through, and lets the
+effect path use their live state directly.
+
+Every new call goes loop detector → circuit breaker → escalation gate → ledger (DESIGN §6).
+The gate lives in ``tether.runtime.approvals``; this module serves the two guards whose state
+changes with every call. Their decisions are synchronous on the guard actor's live instance
+(no message round trip); the events are appended to the guard's journal with
+``Cell.append_events`` and committed in the same group commit as the effect's own write.
+
+A guard actor another runtime owns (two runtimes on one store) cannot be journaled from here:
+this runtime then uses an in-memory breaker of its own for that tool and says so in its log,
+and skips loop detection for that session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from tether.actors.guards.actors import (
+    GUARDS_SUPERVISOR,
+    Breaker,
+    GuardSupervisor,
+    LoopGuard,
+    breaker_id,
+    loops_id,
+)
+from tether.actors.guards.breaker import Admission, BreakerCore, BreakerPolicy, CallToken
+from tether.actors.guards.loops import Detection, LoopDetector, LoopPolicy, canonical_hash
+from tether.actors.tool import Tool, classify
+from tether.errors import ActorNotFound, ConfigError
+from tether.runtime import telemetry
+from tether.supervisor.spec import ChildSpec
+
+if TYPE_CHECKING:
+    from tether.runtime.cell import Cell
+    from tether.runtime.runtime import Runtime
+
+
+class BreakerGuard:
+    """One tool's breaker as the effect path sees it."""
+
+    def __init__(
+        self, tool: Tool, policy: BreakerPolicy, taxonomy: bool, cell: Cell | None
+    ) -> None:
+        self.tool = tool
+        self.policy = policy
+        self.taxonomy = taxonomy  # classify by tether's error taxonomy, not the policy's types
+        self.cell = cell
+        self._local = BreakerCore(policy) if cell is None else None
+
+    def _core(self) -> BreakerCore:
+        if self._local is not None:
+            return self._local
+        assert self.cell is not None
+        assert isinstance(self.cell.instance, Breaker)
+        return self.cell.instance.core()
+
+    def admit(self, now: float) -> tuple[Admission, list[Any]]:
+        core = self._core()
+        admission, events = core.admit(now)
+        return admission, events
+
+    def outcome(self, exc: BaseException | None) -> str:
+        if exc is None or not isinstance(exc, Exception):
+            return self.policy.classify(exc)
+        if self.taxonomy:
+            return "failure" if classify(exc) != "failed" else "success"
+        return self.policy.classify(exc)
+
+    def record(
+        self, token: CallToken, exc: BaseException | None, duration: float, now: float
+    ) -> list[Any]:
+        return self._core().record(token, self.outcome(exc), duration=duration, now=now)  # type: ignore[arg-type]
+
+    def journal(self, events: list[Any]) -> asyncio.Future[Any] | None:
+        """Append ``events`` to the breaker's journal (None if nothing to wait for)."""
+        for event in events:
+            _transition(self.tool.name, event)
+        if not events or self.cell is None:
+            return None
+        return self.cell.append_events(events)
+
+
+def _transition(tool: str, event: Any) -> None:
+    name = type(event).__name__
+    if name in ("BreakerOpened", "BreakerHalfOpened", "BreakerClosed"):
+        telemetry.breaker_transitions.add(1, {"tool": tool, "to": name.removeprefix("Breaker")})
+        fields = {k: getattr(event, k) for k in event.__struct_fields__}
+        telemetry.log.warning(
+            f"breaker_{name.removeprefix('Breaker').lower()}", tool=tool, **fields
+        )
+
+
+class LoopWatch:
+    """One session's loop detector as the effect path sees it."""
+
+    def __init__(self, cell: Cell) -> None:
+        self.cell = cell
+
+    def hold(self, detection: Detection) -> None:
+        """A detection made on a result: the session is told before its next call."""
+        assert isinstance(self.cell.instance, LoopGuard)
+        self.cell.instance.held = detection
+
+    def take_pending(self) -> Detection | None:
+        assert isinstance(self.cell.instance, LoopGuard)
+        held, self.cell.instance.held = self.cell.instance.held, None
+        return held
+
+    def _detector(self) -> LoopDetector:
+        assert isinstance(self.cell.instance, LoopGuard)
+        return self.cell.instance.detector()
+
+    def call(
+        self, tool: str, args: dict[str, Any], now: float, slot: str
+    ) -> tuple[Detection | None, list[Any]]:
+        return self._detector().observe_call(tool, canonical_hash(args), now=now, slot=slot)
+
+    def result(
+        self, tool: str, args: dict[str, Any], result: Any, now: float
+    ) -> tuple[Detection | None, list[Any]]:
+        return self._detector().observe_result(
+            tool, canonical_hash(args), canonical_hash(_hashable(result)), now=now
+        )
+
+    def journal(self, events: list[Any]) -> asyncio.Future[Any] | None:
+        return self.cell.append_events(events) if events else None
+
+
+def _hashable(value: Any) -> Any:
+    import msgspec
+
+    try:
+        return msgspec.to_builtins(value)
+    except TypeError:
+        return repr(value)
+
+
+class Guards:
+    """The runtime's guard registry (``rt.guards``)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._locks: dict[str, anyio.Lock] = {}
+        self._fallback: dict[str, BreakerGuard] = {}
+
+    async def breaker(self, tool: Tool) -> BreakerGuard | None:
+        """The breaker of ``tool`` (None if the tool has ``breaker=None``)."""
+        spec = tool.breaker
+        if spec is None:
+            return None
+        if isinstance(spec, BreakerPolicy):
+            policy, kind, taxonomy = spec, "external_api", False
+        elif isinstance(spec, str):
+            policy, kind, taxonomy = BreakerPolicy.for_kind(spec), spec, True
+        else:
+            raise ConfigError(
+                f"tool {tool.name!r}: breaker must be a kind name, a tether.BreakerPolicy or "
+                f"None, not {spec!r}"
+            )
+        cell = await self._cell(breaker_id(tool.name), Breaker, {"tool": tool.name, "kind": kind})
+        if cell is None:
+            guard = self._fallback.get(tool.name)
+            if guard is None:
+                telemetry.log.warning(
+                    "breaker_not_owned_here",
+                    tool=tool.name,
+                    detail="another runtime owns this breaker; using an in-memory one",
+                )
+                guard = self._fallback[tool.name] = BreakerGuard(tool, policy, taxonomy, None)
+            return guard
+        assert isinstance(cell.instance, Breaker)
+        cell.instance.policy = policy
+        return BreakerGuard(tool, policy, taxonomy, cell)
+
+    async def loops(self, actor: Cell) -> LoopWatch | None:
+        """The loop detector of the actor behind ``actor`` (None without a loop policy)."""
+        policy = getattr(actor.instance, "loop_policy", None)
+        if policy is None:
+            return None
+        if not isinstance(policy, LoopPolicy):
+            raise ConfigError(
+                f"{actor.actor_id}: loop_policy must be a tether.LoopPolicy, not {policy!r}"
+            )
+        cell = await self._cell(
+            loops_id(actor.actor_id), LoopGuard, {"session_id": actor.actor_id}, supervised=False
+        )
+        if cell is None:
+            return None
+        assert isinstance(cell.instance, LoopGuard)
+        cell.instance.policy = policy
+        return LoopWatch(cell)
+
+    async def _cell(
+        self, actor_id: str, cls: type[Any], init: dict[str, Any], *, supervised: bool = True
+    ) -> Cell | None:
+        """The guard's live cell here, created and started on first use; None if another
+        runtime owns it."""
+        rt = self._rt
+        cell = rt.cells.get(actor_id)
+        if cell is not None and cell.ready.is_set() and cell.instance is not None:
+            return cell
+        lock = self._locks.setdefault(actor_id, anyio.Lock())
+        async with lock:
+            rec = await rt.store.get_actor(actor_id)
+            if rec is None:
+                if supervised:
+                    await self._ensure_supervisor()
+                    await rt.add_child(GUARDS_SUPERVISOR, ChildSpec(cls, actor_id, **init))
+                else:
+                    await rt.spawn(cls, actor_id, **init)
+            with anyio.move_on_after(5.0):
+                while rt.is_open:
+                    cell = rt.cells.get(actor_id)
+                    if cell is None:
+                        cell = await rt.activate(actor_id)
+                    if cell is not None:
+                        await cell.ready.wait()
+                        if cell.instance is not None and rt.cells.get(actor_id) is cell:
+                            return cell
+                    await anyio.sleep(0.005)
+        return None
+
+    async def _ensure_supervisor(self) -> None:
+        try:
+            await self._rt.lookup(GUARDS_SUPERVISOR)
+        except ActorNotFound:
+            await self._rt.spawn(GuardSupervisor, GUARDS_SUPERVISOR)
