@@ -115,17 +115,17 @@ EFFECTS_PER_STEP = 10  # calls per message in the latency figures
 # ============================================================================ tether
 
 
-@tether.tool
+@tether.tool(recovery="retry")  # DBOS steps are at-least-once: the same semantics
 async def s1(x: int) -> int:
     return x + 1
 
 
-@tether.tool
+@tether.tool(recovery="retry")  # DBOS steps are at-least-once: the same semantics
 async def s2(x: int) -> int:
     return x * 2
 
 
-@tether.tool
+@tether.tool(recovery="retry")  # DBOS steps are at-least-once: the same semantics
 async def s3(x: int) -> int:
     return x - 3
 

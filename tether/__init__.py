@@ -5,6 +5,8 @@ The public API. Everything else lives in the subpackages ``tether.actors``,
 """
 
 from tether.actors.actor import Actor as Actor
+from tether.actors.guards.breaker import BreakerPolicy as BreakerPolicy
+from tether.actors.guards.loops import LoopPolicy as LoopPolicy
 from tether.actors.messages import Event as Event
 from tether.actors.messages import Message as Message
 from tether.actors.messages import Terminated as Terminated
@@ -28,6 +30,7 @@ from tether.errors import DeterminismViolation as DeterminismViolation
 from tether.errors import EffectAborted as EffectAborted
 from tether.errors import EffectNotFound as EffectNotFound
 from tether.errors import JournalWriteError as JournalWriteError
+from tether.errors import LoopDetected as LoopDetected
 from tether.errors import MessageDeadLettered as MessageDeadLettered
 from tether.errors import MessageRejected as MessageRejected
 from tether.errors import RuntimeClosed as RuntimeClosed
@@ -76,6 +79,9 @@ __all__ = (
     "NotDone",
     "Unknown",
     "QuarantinedEffect",
+    # guards
+    "BreakerPolicy",
+    "LoopPolicy",
     # approvals
     "ApprovalPolicy",
     "ApprovalRequest",
@@ -124,4 +130,5 @@ __all__ = (
     "ApprovalNotFound",
     "ApprovalClosed",
     "ApprovalRejected",
+    "LoopDetected",
 )

@@ -1,28 +1,879 @@
-"""The ``tether`` command."""
+"""The ``tether`` command: look into a store file and act on what waits for a person.
+
+Every command but ``demo`` opens the store at ``--db`` (default: ``$TETHER_DB``, else
+``tether.db``) for administration only (``Runtime(serve=False)``): no actor runs in this
+process. Decisions, resolutions and retries are stored; the runtimes serving the store pick
+them up. A missing store file is an error, never a new empty store.
+
+Exit codes: 0 done; 1 the operation failed (unknown id, closed request, invalid tool
+arguments, unreadable store); 2 the command line is wrong; 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
 import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+import tether
+from tether.runtime.approvals import view as approval_view
+from tether.runtime.store import PARKED, ActorRecord, EffectRecord, Store, StoredMessage
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+#: Mailbox rows read per actor (listing depths and ``show``).
+MAILBOX_LIMIT = 100_000
+_JOURNAL_CHUNK = 10_000
+_CELL_WIDTH = 60  # longest cell in a table before it is cut short
+_INTERNAL_PREFIXES = ("tether.", "breaker:")
+
+Handler = Callable[[tether.Runtime, argparse.Namespace], Awaitable[int]]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="tether", description="Supervised, durable actors for AI agents."
+class CliError(Exception):
+    """An expected failure: printed as one ``tether: error:`` line, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tether`` command with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already explained
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        if args.command == "demo":
+            from tether.demo import run
+
+            return run(args.store)
+        _check_args(args)
+        path = _existing_store(args.db)
+        with _logs_to_stderr():
+            code: int = anyio.run(_run, path, args.handler, args)
+        return code
+    except KeyboardInterrupt:
+        print("tether: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tether actors | head`: the reader left; not an error of ours
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except BaseException as exc:
+        expected = _expected(exc)
+        if expected is None:
+            raise
+        if isinstance(expected, KeyboardInterrupt | asyncio.CancelledError):
+            print("tether: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        code = expected.code if isinstance(expected, CliError) else EXIT_FAILED
+        print(f"tether: error: {_one_line(str(expected))}", file=sys.stderr)
+        return code
+
+
+async def _run(path: str, handler: Handler, args: argparse.Namespace) -> int:
+    async with tether.Runtime(path, serve=False) as rt:
+        return await handler(rt, args)
+
+
+def _expected(exc: BaseException) -> BaseException | None:
+    """The error to report for ``exc`` (unwrapping a task group's single error), or None if it
+    is a bug that deserves its traceback."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_expected(e) for e in exc.exceptions]
+        if leaves and all(e is not None for e in leaves):
+            return leaves[0]
+        return None
+    expected = (CliError, tether.TetherError, OSError, KeyboardInterrupt)
+    if isinstance(exc, (*expected, asyncio.CancelledError)):
+        return exc
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "failed"
+
+
+@contextlib.contextmanager
+def _logs_to_stderr() -> Iterator[None]:
+    """Keep stdout for the command's output: tether's logs go to stderr, warnings and up
+    (unless the application configured structlog itself)."""
+    if structlog.is_configured():
+        yield
+        return
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
+
+
+def _existing_store(db: str) -> str:
+    path = Path(db)
+    if not path.exists():
+        hint = "" if "TETHER_DB" in os.environ else " (give --db PATH or set TETHER_DB)"
+        raise CliError(f"no store at {db!r}{hint}")
+    if path.is_dir():
+        raise CliError(f"{db!r} is a directory, not a store file")
+    if path.stat().st_size == 0:
+        raise CliError(f"{db!r} is an empty file, not a tether store")
+    return db
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description="Supervised, durable actors for AI agents: inspect and administer a store.",
+    )
+    default_db = os.environ.get("TETHER_DB") or "tether.db"
+    parser.add_argument(
+        "--db",
+        default=default_db,
+        help="the store file (default: $TETHER_DB, else tether.db; now %(default)s)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def leaf(
+        group: Any, name: str, help_: str, handler: Handler, *, as_json: bool = True
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = group.add_parser(name, help=help_, description=help_)
+        p.add_argument("--db", default=argparse.SUPPRESS, help="the store file")
+        if as_json:
+            p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+        p.set_defaults(handler=handler)
+        return p
+
+    leaf(commands, "actors", "every actor in the store", _cmd_actors)
+    leaf(
+        commands,
+        "sessions",
+        "the agent sessions (top-level actors of the application)",
+        _cmd_sessions,
+    )
+    show = leaf(
+        commands,
+        "show",
+        "one actor: record, state, journal, mailbox, effects, approvals",
+        _cmd_show,
+    )
+    show.add_argument("actor_id", metavar="ID")
+    show.add_argument(
+        "--events",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="journal events to show (default: 10)",
+    )
+    leaf(commands, "tree", "the supervision tree", _cmd_tree)
+
+    approvals = commands.add_parser("approvals", help="calls held for a person's decision")
+    acts = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = leaf(
+        acts, "list", "approval requests (pending ones unless --status)", _cmd_approvals_list
+    )
+    listing.add_argument(
+        "--status", choices=("pending", "approved", "rejected", "all"), default="pending"
+    )
+    listing.add_argument("--session", metavar="ID", help="only this session's requests")
+    leaf(acts, "show", "one approval request", _cmd_approvals_show).add_argument(
+        "request_id", metavar="ID"
+    )
+    for name, help_ in (
+        ("approve", "approve the call as it stands"),
+        ("reject", "reject the call; the reason goes back to the agent"),
+        ("modify", "run the call with these arguments instead (validated by the tool)"),
+    ):
+        p = leaf(acts, name, help_, _cmd_approvals_decide)
+        p.add_argument("request_id", metavar="ID")
+        p.add_argument("--by", required=True, type=_name, metavar="NAME", help="who decides")
+        if name == "reject":
+            p.add_argument("--reason", required=True, type=_name, metavar="TEXT")
+        if name == "modify":
+            p.add_argument(
+                "--args",
+                required=True,
+                dest="args_json",
+                metavar="JSON",
+                help="the tool's arguments, as a JSON object",
+            )
+
+    quarantine = commands.add_parser("quarantine", help="ambiguous effects held for a person")
+    acts = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
+    leaf(acts, "list", "quarantined effects", _cmd_quarantine_list).add_argument(
+        "--actor", metavar="ID", help="only this actor's effects"
+    )
+    leaf(acts, "show", "one quarantined effect", _cmd_quarantine_show).add_argument(
+        "key", metavar="KEY"
+    )
+    resolve = leaf(acts, "resolve", "resolve a quarantined effect", _cmd_quarantine_resolve)
+    resolve.add_argument("key", metavar="KEY")
+    how = resolve.add_mutually_exclusive_group(required=True)
+    how.add_argument("--done", action="store_true", help="the call did happen (see --result)")
+    how.add_argument("--retry", action="store_true", help="call again, with the same key")
+    how.add_argument("--abort", action="store_true", help="do not call; the step is told why")
+    resolve.add_argument(
+        "--result", dest="result_json", metavar="JSON", help="with --done: the call's result"
+    )
+    resolve.add_argument("--reason", type=_name, metavar="TEXT", help="with --abort: why")
+    resolve.add_argument("--by", required=True, type=_name, metavar="NAME", help="who resolves")
+
+    dead = commands.add_parser("dead-letters", help="messages that could not be processed")
+    acts = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+    leaf(acts, "list", "dead letters, oldest first", _cmd_dead_list).add_argument(
+        "--actor", metavar="ID", help="only this actor's dead letters"
+    )
+    leaf(
+        acts, "retry", "put a dead letter back in its actor's mailbox", _cmd_dead_retry
+    ).add_argument("msg_id", metavar="MSG_ID")
+    leaf(acts, "discard", "delete a dead letter for good", _cmd_dead_discard).add_argument(
+        "msg_id", metavar="MSG_ID"
+    )
+
     demo = commands.add_parser(
         "demo", help="run the durable-counter demo on an embedded SQLite store"
     )
     demo.add_argument(
         "--store", default="tether-demo.db", help="store file to create (default: %(default)s)"
     )
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from tether.demo import run
+    return parser
 
-        return run(args.store)
-    parser.error(f"unknown command {args.command!r}")  # exits
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {n}")
+    return n
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Checks argparse cannot express; JSON arguments parsed before the store is opened."""
+    if getattr(args, "args_json", None) is not None:
+        value = _json_arg(args.args_json, "--args")
+        if not isinstance(value, dict):
+            raise CliError(
+                f"--args must be a JSON object of the tool's arguments, not {_json_kind(value)}",
+                EXIT_USAGE,
+            )
+        args.modify_args = value
+    if args.command == "quarantine" and args.action == "resolve":
+        if args.result_json is not None and not args.done:
+            raise CliError("--result goes with --done", EXIT_USAGE)
+        if args.reason is not None and not args.abort:
+            raise CliError("--reason goes with --abort", EXIT_USAGE)
+        if args.abort and args.reason is None:
+            raise CliError(
+                "--abort needs --reason TEXT: the step (and its agent) is told it", EXIT_USAGE
+            )
+        args.result = None if args.result_json is None else _json_arg(args.result_json, "--result")
+
+
+def _json_arg(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option} is not valid JSON: {exc}", EXIT_USAGE) from None
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+def _is_session(record: ActorRecord) -> bool:
+    """Whether ``record`` is an agent session: a top-level actor that is not one of tether's
+    internals (``tether.*`` supervisors, ``breaker:*`` breakers, ``<session>/...`` helpers)."""
+    return (
+        record.parent_id is None
+        and not record.actor_id.startswith(_INTERNAL_PREFIXES)
+        and "/" not in record.actor_id
+    )
+
+
+async def _cmd_actors(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    return await _list_actors(rt, args, await rt.store.list_actors(), "actors")
+
+
+async def _cmd_sessions(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    records = [r for r in await rt.store.list_actors() if _is_session(r)]
+    return await _list_actors(rt, args, records, "sessions")
+
+
+async def _list_actors(
+    rt: tether.Runtime, args: argparse.Namespace, records: list[ActorRecord], what: str
+) -> int:
+    now = rt.clock()
+    rows = [await _actor_summary(rt.store, rec, now) for rec in records]
+    if args.json:
+        _print_json(rows)
+    elif not rows:
+        print(f"no {what} in {args.db}")
+    else:
+        print(
+            _table(
+                ["ID", "CLASS", "STATUS", "MAILBOX", "PARKED", "JOURNAL", "LEASE"],
+                [
+                    [
+                        r["id"],
+                        r["class"],
+                        r["status"],
+                        r["mailbox"],
+                        r["parked"],
+                        r["journal"],
+                        _lease_text(r),
+                    ]
+                    for r in rows
+                ],
+            )
+        )
+    return EXIT_OK
+
+
+async def _actor_summary(store: Store, rec: ActorRecord, now: float) -> dict[str, Any]:
+    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT)
+    return {
+        "id": rec.actor_id,
+        "class": rec.class_path,
+        "parent": rec.parent_id,
+        "status": rec.status,
+        "stop_reason": rec.stop_reason,
+        "mailbox": len(mailbox),
+        "parked": sum(_is_parked(m, now) for m in mailbox),
+        "journal": await _journal_length(store, rec.actor_id),
+        "lease_owner": rec.lease_owner,
+        "lease_expires": rec.lease_expires if rec.lease_owner else None,
+        "lease_live": bool(rec.lease_owner) and rec.lease_expires > now,
+        "fence": rec.fence,
+        "created_at": rec.created_at,
+    }
+
+
+async def _journal_length(store: Store, actor_id: str) -> int:
+    """The number of events ever journaled (the journal is never truncated; a snapshot at seq
+    N stands for events 1..N, so only the rows after the latest snapshot are read)."""
+    snap = await store.load_snapshot(actor_id)
+    seq = snap.seq if snap is not None else 0
+    while True:
+        rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
+        if rows:
+            seq = rows[-1].seq
+        if len(rows) < _JOURNAL_CHUNK:
+            return seq
+
+
+def _lease_text(row: dict[str, Any]) -> str:
+    if not row["lease_owner"]:
+        return "-"
+    return str(row["lease_owner"]) + ("" if row["lease_live"] else " (expired)")
+
+
+async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    store = rt.store
+    rec = await store.get_actor(args.actor_id)
+    if rec is None:
+        raise tether.ActorNotFound(args.actor_id)
+    now = rt.clock()
+    summary = await _actor_summary(store, rec, now)
+    snap = await store.load_snapshot(rec.actor_id)
+    after = await _journal_after(store, rec.actor_id, snap.seq if snap is not None else 0)
+    total = summary["journal"]
+    first = max(0, total - args.events)
+    recent = await _journal_after(store, rec.actor_id, first) if args.events else []
+    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT)
+    effects = await store.find_effects(actor_id=rec.actor_id)
+    approvals = await rt.approvals.pending(rec.actor_id)
+    out: dict[str, Any] = {
+        "actor": summary,
+        "init": _decode(rec.init),
+        "snapshot": None if snap is None else {"seq": snap.seq, "state": _decode(snap.state)},
+        "events_since_snapshot": len(after),
+        "journal": [{"seq": seq, "event": event} for seq, event in recent],
+        "mailbox": [_message_view(m, now) for m in mailbox],
+        "effects": [_effect_view(e) for e in effects],
+        "pending_approvals": [msgspec.to_builtins(a) for a in approvals],
+    }
+    if args.json:
+        _print_json(out)
+        return EXIT_OK
+    stop = f" ({rec.stop_reason})" if rec.stop_reason else ""
+    lease = _lease_text(summary)
+    if rec.lease_owner:
+        lease += f", until {_when(rec.lease_expires, now)}"
+    print(
+        _pairs(
+            [
+                ("actor", rec.actor_id),
+                ("class", rec.class_path),
+                ("parent", rec.parent_id or "-"),
+                ("status", rec.status + stop),
+                ("lease", f"{lease} (fence {rec.fence})"),
+                ("created", _when(rec.created_at, now)),
+                ("init", _compact(out["init"])),
+            ]
+        )
+    )
+    print()
+    if snap is None:
+        print(f"state: no snapshot; the initial state folded with {len(after)} event(s)")
+    else:
+        print(f"state: snapshot at seq {snap.seq}, then {len(after)} event(s) after it")
+        print(_indent(_pretty(out["snapshot"]["state"])))
+    print()
+    shown = f"; the last {len(recent)}" if len(recent) < total else ""
+    print(f"journal: {total} event(s){shown}")
+    for row in out["journal"]:
+        print(f"  {row['seq']:>6}  {_compact(row['event'])}")
+    print()
+    print(f"mailbox: {len(mailbox)} message(s)")
+    if mailbox:
+        rows = [
+            [m["msg_id"], m["type"], m["attempts"], m["parks"], m["state"], m["last_error"] or ""]
+            for m in out["mailbox"]
+        ]
+        print(_indent(_table(["MSG_ID", "TYPE", "ATTEMPTS", "PARKS", "STATE", "LAST ERROR"], rows)))
+    print()
+    print(f"effects: {len(effects)}")
+    for e in out["effects"]:
+        outcome = _compact(e["result"]) if e["status"] == "done" else _cut(e["error"] or "")
+        print(
+            f"  {e['key']}  #{e['index']} {e['tool']}({_compact(e['args'])}) "
+            f"{e['status']}, {e['attempts']} attempt(s)" + (f" -> {outcome}" if outcome else "")
+        )
+        if e["reason"]:
+            print(f"      reason: {e['reason']}")
+        for note in e["history"]:
+            print(f"      - {note}")
+    print()
+    print(f"pending approvals: {len(approvals)}")
+    for a in approvals:
+        print(f"  {a.request_id}  {a.tool}({_compact(a.args)})  deadline {_when(a.deadline, now)}")
+    return EXIT_OK
+
+
+async def _journal_after(store: Store, actor_id: str, seq: int) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []
+    while True:
+        rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
+        out.extend((row.seq, _decode(row.payload)) for row in rows)
+        if rows:
+            seq = rows[-1].seq
+        if len(rows) < _JOURNAL_CHUNK:
+            return out
+
+
+def _is_parked(m: StoredMessage, now: float) -> bool:
+    """Set aside while its step waits for a person: for good (``PARKED``) or until a deadline
+    (an approval's, a breaker's retry time)."""
+    return m.deliver_at >= PARKED or (m.parks > 0 and m.deliver_at > now)
+
+
+def _message_view(m: StoredMessage, now: float) -> dict[str, Any]:
+    if m.deliver_at >= PARKED:
+        state = "parked"
+    elif _is_parked(m, now):
+        state = f"parked until {_when(m.deliver_at, now)}"
+    elif m.deliver_at > now:
+        state = f"due {_when(m.deliver_at, now)}"
+    else:
+        state = "due"
+    return {
+        "msg_id": m.msg_id,
+        "type": m.type,
+        "attempts": m.attempts,
+        "parks": m.parks,
+        "parked": _is_parked(m, now),
+        "deliver_at": None if m.deliver_at >= PARKED else m.deliver_at,
+        "state": state,
+        "wants_reply": m.wants_reply,
+        "errors": list(m.errors),
+        "last_error": m.errors[-1] if m.errors else None,
+        "payload": _decode(m.payload),
+    }
+
+
+def _effect_view(e: EffectRecord) -> dict[str, Any]:
+    return {
+        "key": e.key,
+        "msg_id": e.msg_id,
+        "index": e.idx,
+        "tool": e.tool,
+        "status": e.status,
+        "attempts": e.attempts,
+        "args": _decode(e.args),
+        "result": _decode(e.result) if e.result is not None else None,
+        "error": e.error,
+        "reason": e.reason,
+        "history": list(e.history),
+        "created_at": e.created_at,
+        "updated_at": e.updated_at,
+    }
+
+
+async def _cmd_tree(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    roots = await rt.tree()
+    if args.json:
+        _print_json(roots)
+    elif not roots:
+        print(f"no actors in {args.db}")
+    else:
+        for root in roots:
+            print(root.render())
+    return EXIT_OK
+
+
+# -- approvals ----------------------------------------------------------------------------------
+
+
+async def _cmd_approvals_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    status = None if args.status == "all" else args.status
+    rows = [
+        approval_view(r)
+        for r in await rt.store.find_approvals(status=status, actor_id=args.session)
+    ]
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    if not rows:
+        which = "" if status is None else f"{status} "
+        print(f"no {which}approval requests")
+        return EXIT_OK
+    now = rt.clock()
+    print(
+        _table(
+            ["REQUEST", "SESSION", "TOOL", "ARGS", "STATUS", "APPROVALS", "DEADLINE", "REASON"],
+            [
+                [
+                    a.request_id,
+                    a.session_id,
+                    a.tool,
+                    _compact(a.args),
+                    a.status,
+                    f"{len(a.approved_by)}/{a.approvers_needed}",
+                    _when(a.deadline, now) if a.status == "pending" else "-",
+                    a.reason,
+                ]
+                for a in rows
+            ],
+        )
+    )
+    return EXIT_OK
+
+
+async def _cmd_approvals_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    request = await rt.approvals.get(args.request_id)
+    if args.json:
+        _print_json(request)
+    else:
+        print(_approval_text(request, rt.clock()))
+    return EXIT_OK
+
+
+def _approval_text(a: tether.ApprovalRequest, now: float) -> str:
+    pairs = [
+        ("request", a.request_id),
+        ("session", a.session_id),
+        ("tool", a.tool),
+        ("args", _compact(a.args, cut=False)),
+    ]
+    if a.requested_args != a.args:
+        pairs.append(("requested", _compact(a.requested_args, cut=False)))
+    pairs += [
+        ("status", a.status),
+        ("reason", a.reason),
+        (
+            "approvals",
+            f"{len(a.approved_by)} of {a.approvers_needed}: {', '.join(a.approved_by) or '-'}",
+        ),
+        ("deadline", f"{_when(a.deadline, now)}, then {a.on_timeout}"),
+        ("created", _when(a.created_at, now)),
+    ]
+    pairs += [
+        (f"context.{k}", v if isinstance(v, str) else _compact(v, cut=False))
+        for k, v in a.context.items()
+    ]
+    lines = [_pairs(pairs)]
+    if a.decisions:
+        lines.append("decisions:")
+        for d in a.decisions:
+            extra = f": {d['reason']}" if d.get("reason") else ""
+            if "args" in d:
+                extra += f" args={_compact(d['args'], cut=False)}"
+            lines.append(f"  {_when(d['at'], now)}  {d['kind']} by {d['by']}{extra}")
+    return "\n".join(lines)
+
+
+async def _cmd_approvals_decide(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    decision: tether.Approve | tether.Reject | tether.Modify
+    if args.action == "approve":
+        decision = tether.Approve(by=args.by)
+    elif args.action == "reject":
+        decision = tether.Reject(by=args.by, reason=args.reason)
+    else:
+        decision = tether.Modify(by=args.by, args=args.modify_args)
+    request = await rt.approvals.decide(args.request_id, decision)
+    if args.json:
+        _print_json(request)
+    elif request.status == "pending":
+        print(
+            f"{request.request_id}: {args.action} by {args.by} recorded; "
+            f"{len(request.approved_by)} of {request.approvers_needed} approval(s), still pending"
+        )
+    else:
+        print(
+            f"{request.request_id}: {request.status} ({request.tool}({_compact(request.args)})); "
+            f"session {request.session_id} resumes in the runtime that serves it"
+        )
+    return EXIT_OK
+
+
+# -- quarantine ---------------------------------------------------------------------------------
+
+
+async def _cmd_quarantine_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    rows = await rt.quarantine.list(args.actor)
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print("no quarantined effects")
+        return EXIT_OK
+    now = rt.clock()
+    print(
+        _table(
+            ["KEY", "ACTOR", "#", "TOOL", "ARGS", "ATTEMPTS", "SINCE", "REASON"],
+            [
+                [
+                    q.key,
+                    q.actor_id,
+                    q.index,
+                    q.tool,
+                    _compact(q.args),
+                    q.attempts,
+                    _when(q.since, now),
+                    q.reason,
+                ]
+                for q in rows
+            ],
+        )
+    )
+    return EXIT_OK
+
+
+async def _cmd_quarantine_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    q = await rt.quarantine.get(args.key)
+    if args.json:
+        _print_json(q)
+        return EXIT_OK
+    now = rt.clock()
+    print(
+        _pairs(
+            [
+                ("key", q.key),
+                ("actor", q.actor_id),
+                ("message", f"{q.msg_id}, effect #{q.index}"),
+                ("tool", q.tool),
+                ("args", _compact(q.args, cut=False)),
+                ("attempts", str(q.attempts)),
+                ("since", _when(q.since, now)),
+                ("reason", q.reason),
+            ]
+        )
+    )
+    if q.history:
+        print("history:")
+        for note in q.history:
+            print(f"  - {note}")
+    return EXIT_OK
+
+
+async def _cmd_quarantine_resolve(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    q = await rt.quarantine.get(args.key)
+    if args.done:
+        await rt.quarantine.mark_done(args.key, args.result, by=args.by)
+        what = "marked done" + (
+            f" with result {_compact(args.result)}" if args.result is not None else ""
+        )
+    elif args.retry:
+        await rt.quarantine.retry(args.key, by=args.by)
+        what = "to be called again with the same key"
+    else:
+        await rt.quarantine.abort(args.key, args.reason, by=args.by)
+        what = f"aborted: {args.reason}"
+    resolution = "done" if args.done else "retry" if args.retry else "aborted"
+    if args.json:
+        _print_json(
+            {
+                "key": q.key,
+                "actor_id": q.actor_id,
+                "tool": q.tool,
+                "resolution": resolution,
+                "by": args.by,
+            }
+        )
+    else:
+        print(f"{q.key} ({q.tool} of {q.actor_id}): {what}, by {args.by}")
+    return EXIT_OK
+
+
+# -- dead letters -------------------------------------------------------------------------------
+
+
+async def _cmd_dead_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    letters = await rt.dead_letters.list(args.actor)
+    if args.json:
+        _print_json([{**msgspec.to_builtins(d), "payload": _decode(d.payload)} for d in letters])
+        return EXIT_OK
+    if not letters:
+        print("no dead letters")
+        return EXIT_OK
+    now = rt.clock()
+    print(
+        _table(
+            ["MSG_ID", "ACTOR", "TYPE", "ATTEMPTS", "WHEN", "REASON", "LAST ERROR"],
+            [
+                [
+                    d.msg_id,
+                    d.actor_id,
+                    d.type,
+                    d.attempts,
+                    _when(d.created_at, now),
+                    d.reason,
+                    next((e for e in reversed(d.errors) if e.startswith("attempt ")), ""),
+                ]
+                for d in letters
+            ],
+        )
+    )
+    return EXIT_OK
+
+
+async def _cmd_dead_retry(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    await rt.dead_letters.retry(args.msg_id)
+    if args.json:
+        _print_json({"msg_id": args.msg_id, "retried": True})
+    else:
+        print(f"{args.msg_id}: back in its actor's mailbox with a fresh attempt count")
+    return EXIT_OK
+
+
+async def _cmd_dead_discard(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    await rt.dead_letters.discard(args.msg_id)
+    if args.json:
+        _print_json({"msg_id": args.msg_id, "discarded": True})
+    else:
+        print(f"{args.msg_id}: discarded")
+    return EXIT_OK
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def _decode(blob: bytes) -> Any:
+    """A stored msgpack value, untyped (Messages and Events carry their type tag)."""
+    try:
+        return msgspec.msgpack.decode(blob)
+    except msgspec.DecodeError:
+        return {"(undecodable)": blob.hex()}
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, msgspec.msgpack.Ext):
+        return {"(msgpack ext)": obj.code, "data": bytes(obj.data).hex()}
+    return repr(obj)
+
+
+def _print_json(value: Any) -> None:
+    data = msgspec.json.encode(value, enc_hook=_enc_hook)
+    sys.stdout.write(msgspec.json.format(data, indent=2).decode() + "\n")
+
+
+def _compact(value: Any, *, cut: bool = True) -> str:
+    text = msgspec.json.encode(value, enc_hook=_enc_hook).decode()
+    return _cut(text) if cut else text
+
+
+def _pretty(value: Any) -> str:
+    return msgspec.json.format(msgspec.json.encode(value, enc_hook=_enc_hook), indent=2).decode()
+
+
+def _cut(text: str, width: int = _CELL_WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[_cut(str(c)) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = [list(headers), *cells]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _pairs(pairs: Sequence[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in pairs)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in pairs)
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def _when(ts: float, now: float) -> str:
+    """A wall-clock time in this machine's zone, with how far it is from now."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    delta = ts - now
+    span = _span(abs(delta))
+    return f"{stamp} ({'in ' + span if delta > 0 else span + ' ago'})"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
 
 
 if __name__ == "__main__":

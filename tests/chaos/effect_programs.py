@@ -194,7 +194,8 @@ class KillingStore(tether.SqliteStore):
     * ``after-intent``: right after the batch holding its intent (status pending) is applied;
     * ``before-receipt``: right before the batch holding its receipt (status done) is applied;
     * ``before-step``: right before the batch holding the step of the message whose receipt was
-      committed is applied.
+      committed is applied — or, for a tool whose receipt rides with the step (recovery
+      "retry"), right before the batch holding both.
     """
 
     def __init__(self, path: str, *, point: str, victim: str) -> None:
@@ -215,7 +216,8 @@ class KillingStore(tether.SqliteStore):
         if self.point == "before-receipt" and receipts:
             die(self.point)
         if self.point == "before-step" and any(
-            s.actor_id == self.victim and s.msg_id == self.receipt_of for s in batch.steps
+            s.actor_id == self.victim and s.msg_id in (self.receipt_of, *receipts)
+            for s in batch.steps
         ):
             die(self.point)
         result = await super().apply(batch)

@@ -117,6 +117,19 @@ class Step:
             self.park_until = until
 
 
+class Staged:
+    """Guard events applied to a guard's state and waiting to be submitted to its journal."""
+
+    __slots__ = ("cell", "events")
+
+    def __init__(self, cell: Cell, events: list[Event]) -> None:
+        self.cell = cell
+        self.events = events
+
+    def submit(self) -> asyncio.Future[Any]:
+        return self.cell.submit_staged(self)
+
+
 class Exit(Exception):
     """Supervision decided this instance leaves memory (to be restarted by its supervisor)."""
 
@@ -152,6 +165,9 @@ class Cell:
         self.init = init
         self.fence = fence
         self.buffer: deque[StoredMessage] = deque()
+        # receipts that ride with the next commit of this actor (see effects._receipt)
+        self.deferred: list[EffectWrite | Staged] = []
+        self.unsubmitted = 0  # staged guard appends not yet submitted (see stage_events)
         self.known: set[str] = set()  # msg ids in the buffer or being processed
         # msg ids whose next attempt is already counted in the store: the runtime's, so that
         # a new instance after a restart does not count it again
@@ -224,29 +240,45 @@ class Cell:
         return await effects.perform(self, step, tool, args)
 
     def append_events(self, events: Sequence[Event]) -> asyncio.Future[Any]:
-        """Apply ``events`` to the state now and queue their journal append; the returned
-        future resolves when it is committed. For guards, whose decisions are made on other
-        actors' effect paths rather than in a handler of their own: the caller submits its own
-        write before awaiting, so both land in one group commit.
+        """Apply ``events`` to the state now and commit them to the journal; the returned
+        future resolves when they are committed. For guards (see ``stage_events``)."""
+        staged = self.stage_events(events)
+        if staged is not None:
+            return staged.submit()
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
-        If the append is not committed, the state in memory is ahead of the journal: the
-        instance is re-folded from the store before it is used again.
+    def stage_events(self, events: Sequence[Event]) -> Staged | None:
+        """Apply ``events`` to the state now; their journal append is submitted later, with
+        the write of whoever decided them (``Staged.submit``), so both land in one group
+        commit. For guards, whose decisions are made on other actors' effect paths rather
+        than in a handler of their own.
+
+        Sequence numbers are assigned at submission, so the journal stays in order whatever
+        order the stagers submit in. If an append is not committed, the state in memory is
+        ahead of the journal: the instance is re-folded from the store.
         """
+        if not events:
+            return None
         assert self.instance is not None
-        rows: list[JournalRow] = []
         for event in events:
-            rows.append(JournalRow(self.seq + len(rows) + 1, self.runtime.encode(event)))
             self._state = self.instance.apply(self._state, event)
-        loop = asyncio.get_running_loop()
-        if not rows:
-            done: asyncio.Future[Any] = loop.create_future()
-            done.set_result(None)
-            return done
+        self.unsubmitted += 1
+        return Staged(self, list(events))
+
+    def submit_staged(self, staged: Staged) -> asyncio.Future[Any]:
+        rows = [
+            JournalRow(self.seq + i + 1, self.runtime.encode(e))
+            for i, e in enumerate(staged.events)
+        ]
+        self.unsubmitted -= 1
         every = self.runtime.snapshot_every
         new_seq = self.seq + len(rows)
+        # The state may hold staged events not yet in the journal: snapshot only when none are.
         snapshot = (
             Snapshot(new_seq, self.runtime.encode(self._state))
-            if new_seq // every > self.seq // every
+            if self.unsubmitted == 0 and new_seq // every > self.seq // every
             else None
         )
         self.seq = new_seq
@@ -277,12 +309,27 @@ class Cell:
         except Exception as exc:  # noqa: BLE001 - logged; the next use finds the old state
             telemetry.log.error("guard_refold_failed", actor_id=self._actor_id, error=repr(exc))
 
+    def defer(self, write: EffectWrite | Staged) -> None:
+        """Commit ``write`` (a receipt, a guard's events) with this actor's next commit
+        instead of on its own."""
+        self.deferred.append(write)
+
+    def _submit_deferred(self) -> list[asyncio.Future[Any]]:
+        if not self.deferred:
+            return []
+        writes, self.deferred = self.deferred, []
+        return [
+            w.submit() if isinstance(w, Staged) else self.runtime.committer.submit(w)
+            for w in writes
+        ]
+
     async def commit_effect(self, write: EffectWrite, *with_: asyncio.Future[Any]) -> None:
         """Commit one ledger row now (an intent must be durable before its call), in the same
         group commit as the already submitted writes ``with_`` (guard journal appends)."""
+        deferred = self._submit_deferred()
         fut = self.runtime.committer.submit(write)  # no await before: one batch with `with_`
         try:
-            await asyncio.gather(fut, *with_)
+            await asyncio.gather(fut, *with_, *deferred)
         except StaleLeaseError as exc:
             telemetry.stale_commits.add(1)
             self._state_lost()
@@ -746,8 +793,12 @@ class Cell:
         self.runtime.reply_failed(m.msg_id, self._actor_id, [*errors, reason])
 
     async def _commit(self, write: Any) -> Any:
+        deferred = self._submit_deferred()
         try:
-            return await self.runtime.committer.submit(write)
+            fut = self.runtime.committer.submit(write)  # same batch as the deferred receipts
+            if deferred:
+                await asyncio.gather(*deferred)
+            return await fut
         except StaleLeaseError as exc:
             telemetry.stale_commits.add(1)
             self._state_lost()

@@ -14,7 +14,6 @@ and skips loop detection for that session.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,7 +34,7 @@ from tether.runtime import telemetry
 from tether.supervisor.spec import ChildSpec
 
 if TYPE_CHECKING:
-    from tether.runtime.cell import Cell
+    from tether.runtime.cell import Cell, Staged
     from tether.runtime.runtime import Runtime
 
 
@@ -75,13 +74,13 @@ class BreakerGuard:
     ) -> list[Any]:
         return self._core().record(token, self.outcome(exc), duration=duration, now=now)  # type: ignore[arg-type]
 
-    def journal(self, events: list[Any]) -> asyncio.Future[Any] | None:
-        """Append ``events`` to the breaker's journal (None if nothing to wait for)."""
+    def journal(self, events: list[Any]) -> Staged | None:
+        """Stage ``events`` for the breaker's journal (None if there is nothing to write)."""
         for event in events:
             _transition(self.tool.name, event)
         if not events or self.cell is None:
             return None
-        return self.cell.append_events(events)
+        return self.cell.stage_events(events)
 
 
 def _transition(tool: str, event: Any) -> None:
@@ -126,8 +125,8 @@ class LoopWatch:
             tool, canonical_hash(args), canonical_hash(_hashable(result)), now=now
         )
 
-    def journal(self, events: list[Any]) -> asyncio.Future[Any] | None:
-        return self.cell.append_events(events) if events else None
+    def journal(self, events: list[Any]) -> Staged | None:
+        return self.cell.stage_events(events)
 
 
 def _hashable(value: Any) -> Any:
@@ -146,12 +145,18 @@ class Guards:
         self._rt = runtime
         self._locks: dict[str, anyio.Lock] = {}
         self._fallback: dict[str, BreakerGuard] = {}
+        self._guards: dict[str, BreakerGuard] = {}  # by tool name, while its cell lives
 
     async def breaker(self, tool: Tool) -> BreakerGuard | None:
         """The breaker of ``tool`` (None if the tool has ``breaker=None``)."""
         spec = tool.breaker
         if spec is None:
             return None
+        known = self._guards.get(tool.name)
+        if known is not None and known.tool is tool:
+            cell = known.cell
+            if cell is None or (self._rt.cells.get(cell.actor_id) is cell and cell.instance):
+                return known  # the common case: no lookup, no allocation
         if isinstance(spec, BreakerPolicy):
             policy, kind, taxonomy = spec, "external_api", False
         elif isinstance(spec, str):
@@ -171,10 +176,12 @@ class Guards:
                     detail="another runtime owns this breaker; using an in-memory one",
                 )
                 guard = self._fallback[tool.name] = BreakerGuard(tool, policy, taxonomy, None)
+            self._guards[tool.name] = guard
             return guard
         assert isinstance(cell.instance, Breaker)
         cell.instance.policy = policy
-        return BreakerGuard(tool, policy, taxonomy, cell)
+        guard = self._guards[tool.name] = BreakerGuard(tool, policy, taxonomy, cell)
+        return guard
 
     async def loops(self, actor: Cell) -> LoopWatch | None:
         """The loop detector of the actor behind ``actor`` (None without a loop policy)."""

@@ -88,6 +88,9 @@ class Runtime:
         max_message_bytes: the largest encoded message ``tell`` accepts.
         approval_policy: the default deadline, default outcome and quorum of approval
             requests (an actor class may set its own ``approval_policy``).
+        serve: False opens the store for administration only (the CLI, a web hook that
+            decides approvals): no actor ever runs in this process; messages sent from it are
+            stored for the runtimes that serve the store.
         clock: the time source for leases, delays, restart windows and backoff
             (``tether.testing.FakeClock`` in tests).
     """
@@ -108,6 +111,7 @@ class Runtime:
         max_message_bytes: int = 1 << 20,
         clock: Clock | None = None,
         approval_policy: ApprovalPolicy | None = None,
+        serve: bool = True,
     ) -> None:
         _positive("max_attempts", max_attempts, integer=True)
         _positive("snapshot_every", snapshot_every, integer=True)
@@ -149,6 +153,7 @@ class Runtime:
         self.supervision = Supervision(self)
         self.quarantine = Quarantine(self)
         self.approvals = Approvals(self)
+        self.serving = serve
         self.guards = Guards(self)
         self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
 
@@ -175,10 +180,11 @@ class Runtime:
         await self.store.open()
         try:
             now = self.clock()
-            await self.store.register_runtime(
-                self.runtime_id, self.host, os.getpid(), _process_start(os.getpid()) or now
-            )
-            await self._reap_dead_runtimes()
+            if self.serving:
+                await self.store.register_runtime(
+                    self.runtime_id, self.host, os.getpid(), _process_start(os.getpid()) or now
+                )
+                await self._reap_dead_runtimes()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
         except BaseException:
@@ -186,11 +192,15 @@ class Runtime:
             raise
         self._open = True
         self._tg.start_soon(self.committer.run)
-        self._tg.start_soon(self._keep_running, "scheduler", self._scheduler)
-        self._tg.start_soon(self._keep_running, "lease_renewal", self._renew_leases)
-        self._tg.start_soon(self._keep_running, "retention_purge", self._purge)
-        telemetry.log.info(
-            "runtime_opened", runtime_id=self.runtime_id, store=self.path or ":memory:"
+        if self.serving:
+            self._tg.start_soon(self._keep_running, "scheduler", self._scheduler)
+            self._tg.start_soon(self._keep_running, "lease_renewal", self._renew_leases)
+            self._tg.start_soon(self._keep_running, "retention_purge", self._purge)
+        telemetry.log.debug(
+            "runtime_opened",
+            runtime_id=self.runtime_id,
+            store=self.path or ":memory:",
+            serving=self.serving,
         )
         return self
 
@@ -224,14 +234,15 @@ class Runtime:
             # connection keeps the interpreter from exiting.
             with anyio.CancelScope(shield=True):
                 try:
-                    await self.store.remove_runtime(self.runtime_id)
+                    if self.serving:
+                        await self.store.remove_runtime(self.runtime_id)
                 finally:
                     await self.store.close()
         for futs in self._asks.values():
             for fut in futs:
                 if not fut.done():
                     fut.set_exception(RuntimeClosed("the runtime closed before the reply arrived"))
-        telemetry.log.info("runtime_closed", runtime_id=self.runtime_id)
+        telemetry.log.debug("runtime_closed", runtime_id=self.runtime_id)
 
     def _check_open(self) -> None:
         if not self._open:
@@ -605,7 +616,12 @@ class Runtime:
             self._activate_soon(actor_id)
 
     def _activate_soon(self, actor_id: str) -> None:
-        if self._tg is not None and actor_id not in self._activating and actor_id not in self.cells:
+        if (
+            self.serving
+            and self._tg is not None
+            and actor_id not in self._activating
+            and actor_id not in self.cells
+        ):
             self._tg.start_soon(self._activate_quietly, actor_id)
 
     async def _activate_quietly(self, actor_id: str) -> None:
@@ -622,7 +638,7 @@ class Runtime:
     async def _activate(self, actor_id: str) -> Cell | None:
         """Take the actor's lease and start its cell here; None if someone else holds it."""
         cell = self.cells.get(actor_id)
-        if cell is not None or actor_id in self._stopping or not self._open:
+        if cell is not None or actor_id in self._stopping or not self._open or not self.serving:
             return cell
         in_progress = self._activating.get(actor_id)
         if in_progress is not None:  # someone else is activating it: share the outcome
@@ -850,14 +866,17 @@ class Runtime:
                 else self.supervision.held.get(rec.actor_id, "running")
             )
             count, last = self.supervision.counts(rec.actor_id, rec.parent_id)
+            cell = self.cells.get(rec.actor_id)
+            summary = getattr(cell.instance, "summary", None) if cell is not None else None
             return TreeNode(
                 id=rec.actor_id,
                 actor_class=rec.class_path,
                 status=status,
-                active=rec.actor_id in self.cells,
+                active=cell is not None,
                 restart_count=count,
                 last_failure=last,
                 children=[node(c) for c in children.get(rec.actor_id, [])],
+                detail=summary() if callable(summary) else None,
             )
 
         return [node(r) for r in records if r.parent_id is None or r.parent_id not in ids]

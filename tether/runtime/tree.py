@@ -10,7 +10,8 @@ class TreeNode(msgspec.Struct, frozen=True):
 
     ``status`` is ``running`` (active here, passivated, or owned by another runtime),
     ``restarting``, ``backing off``, ``stopped`` or ``failed``; ``active`` says whether its
-    instance is in this process's memory right now.
+    instance is in this process's memory right now. ``detail`` is what the actor says of its
+    own state, when it is active here and has a ``summary()`` (a breaker: open until when, why).
     """
 
     id: str
@@ -20,6 +21,7 @@ class TreeNode(msgspec.Struct, frozen=True):
     restart_count: int
     last_failure: str | None
     children: list[TreeNode]
+    detail: str | None = None
 
     def find(self, actor_id: str) -> TreeNode | None:
         """The node for ``actor_id`` in this subtree, if any."""
@@ -35,7 +37,9 @@ class TreeNode(msgspec.Struct, frozen=True):
         """An indented text view, one line per actor."""
         extra = f", {self.restart_count} restart(s)" if self.restart_count else ""
         last = f", last failure: {self.last_failure}" if self.last_failure else ""
+        detail = f" [{self.detail}]" if self.detail else ""
         line = (
             f"{indent}{self.id} ({self.actor_class.rsplit(':', 1)[-1]}) {self.status}{extra}{last}"
+            f"{detail}"
         )
         return "\n".join([line, *(c.render(indent + "  ") for c in self.children)])

@@ -1,0 +1,163 @@
+"""Guards on the effect path, in one process on real SQLite files (I10): a tool's breaker
+trips, refuses with when-to-retry, survives a restart with the same remaining time, and shows in
+the tree; a session's loop detector feeds back or escalates, and remembers across restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import tether
+from tests.runtime import guard_actors as ga
+from tests.runtime.guard_actors import (
+    Call,
+    Caller,
+    EscalatingResearcher,
+    Ping,
+    Researcher,
+    Search,
+    Stubborn,
+)
+from tether.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    ga.CALLS.clear()
+    ga.FAILING["flaky"] = True
+    yield
+    ga.CALLS.clear()
+
+
+def runtime(path: Path, **kw: Any) -> tether.Runtime:
+    kw.setdefault("poll_interval", 0.02)
+    return tether.Runtime(path / "agents.db", **kw)
+
+
+async def test_a_breaker_trips_after_its_threshold_and_refuses_with_when_to_retry(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    async with runtime(tmp_path, clock=clock) as rt:
+        c = await rt.spawn(Caller, "c1")
+        lines = [await c.ask(Call(n=i), timeout=5) for i in range(4)]
+        effects = await rt.store.find_effects(actor_id="c1")
+    assert lines[:3] == ["failed: TransientToolError: tool 'flaky': 503 Service Unavailable"] * 3
+    assert lines[3].startswith("unavailable: The tool 'flaky' is unavailable")
+    assert "3 of the last 3 calls failed" in lines[3]
+    assert lines[3].endswith("(retry_in=30)")
+    assert [n for _, n in ga.CALLS] == [0, 1, 2]  # the fourth call was never made
+    assert len(effects) == 3  # and nothing was recorded for it
+
+
+async def test_an_open_breaker_is_still_open_after_a_restart_with_the_same_remaining_time(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    async with runtime(tmp_path, clock=clock) as rt:
+        c = await rt.spawn(Caller, "c1")
+        for i in range(3):
+            await c.ask(Call(n=i), timeout=5)
+    clock.advance(10)
+    async with runtime(tmp_path, clock=clock) as rt:
+        line = await rt.ref("c1").ask(Call(n=9), timeout=5)
+        assert line.endswith("(retry_in=20)")
+        assert [n for _, n in ga.CALLS] == [0, 1, 2]
+        # Past the open time, one probe goes; it succeeds, and the breaker closes.
+        clock.advance(21)
+        ga.FAILING["flaky"] = False
+        assert await rt.ref("c1").ask(Call(n=10), timeout=5) == "ok 10"
+        assert await rt.ref("c1").ask(Call(n=11), timeout=5) == "ok 11"
+        tree = await rt.tree()
+    guards = next(n for n in tree if n.id == "tether.guards")
+    breaker = guards.find("breaker:flaky")
+    assert breaker is not None
+    assert breaker.detail == "closed"
+
+
+async def test_the_tree_shows_an_open_breaker_with_why_and_until_when(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with runtime(tmp_path, clock=clock) as rt:
+        c = await rt.spawn(Caller, "c1")
+        for i in range(3):
+            await c.ask(Call(n=i), timeout=5)
+        [guards] = [n for n in await rt.tree() if n.id == "tether.guards"]
+        text = guards.render()
+    assert "breaker:flaky (Breaker) running [open until" in text
+    assert "3 of the last 3 calls failed" in text
+
+
+async def test_an_uncaught_tool_unavailable_parks_the_message_until_the_breaker_reopens(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    async with runtime(tmp_path, clock=clock, max_attempts=2) as rt:
+        c = await rt.spawn(Caller, "c1")
+        for i in range(3):
+            await c.ask(Call(n=i), timeout=5)
+        s = await rt.spawn(Stubborn, "s1")
+        await s.tell(Call(n=7))
+        await anyio.sleep(0.3)
+        assert await rt.dead_letters.list() == []  # waiting, not burning its attempts
+        assert ga.CALLS[-1] == ("flaky", 2)
+        ga.FAILING["flaky"] = False
+        clock.advance(31)
+        with anyio.fail_after(5):
+            while ("flaky", 7) not in ga.CALLS:
+                await anyio.sleep(0.01)
+        assert await s.ask(Ping(), timeout=5) == "pong"
+        cell = rt.cells["s1"]
+        assert cell.state.lines == ["ok 7"]
+
+
+async def test_a_repeated_call_is_fed_back_as_a_loop_and_not_made(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        r = await rt.spawn(Researcher, "r1")
+        answers = [await r.ask(Search(query="refund policy"), timeout=5) for _ in range(3)]
+    assert answers[:2] == ["results for refund policy"] * 2
+    assert answers[2].startswith("loop repeat/feedback: search was called 3 times in a row")
+    assert len(ga.CALLS) == 2
+
+
+async def test_varied_calls_are_not_a_loop(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        r = await rt.spawn(Researcher, "r1")
+        queries = ["a", "b", "a", "c", "d", "b", "e", "a"]
+        answers = [await r.ask(Search(query=q), timeout=5) for q in queries]
+    assert all(a.startswith("results for") for a in answers)
+
+
+async def test_the_loop_history_survives_a_restart(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        r = await rt.spawn(Researcher, "r1")
+        for _ in range(2):
+            await r.ask(Search(query="same"), timeout=5)
+    async with runtime(tmp_path) as rt:
+        answer = await rt.ref("r1").ask(Search(query="same"), timeout=5)
+    assert answer.startswith("loop repeat/feedback")
+    assert len(ga.CALLS) == 2
+
+
+async def test_a_loop_policy_can_escalate_the_call_to_a_person(tmp_path: Path) -> None:
+    async with runtime(tmp_path) as rt:
+        r = await rt.spawn(EscalatingResearcher, "r1")
+        for _ in range(2):
+            await r.ask(Search(query="same"), timeout=5)
+        await r.tell(Search(query="same"))
+        with anyio.fail_after(5):
+            while not (pending := await rt.approvals.pending()):
+                await anyio.sleep(0.01)
+        [request] = pending
+        assert request.reason.startswith("loop detected: search was called 3 times in a row")
+        assert len(ga.CALLS) == 2
+        await rt.approvals.decide(request.request_id, tether.Approve(by="reviewer"))
+        with anyio.fail_after(5):
+            while len(ga.CALLS) < 3:
+                await anyio.sleep(0.01)
+    assert ga.CALLS[-1] == ("search", "same")
