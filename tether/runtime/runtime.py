@@ -315,25 +315,39 @@ class Runtime:
         if timeout <= 0:
             raise ConfigError(f"ask timeout must be positive, not {timeout!r}")
         new = await self._prepare(actor_id, msg, dedup_key, None, wants_reply=True)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        fut: asyncio.Future[Any] = loop.create_future()
         waiting_on = new.msg_id
         self._wait_reply(waiting_on, actor_id, fut)
         try:
-            with anyio.fail_after(timeout):
-                self._claim_on_insert(new)
-                result = await self.committer.submit(new)
-                original = result.duplicates.get(new.msg_id)
-                if original is None:
-                    self._route(new)
-                else:
-                    # Asked before with this dedup key: wait for (or fetch) the first reply.
-                    self._unwait_reply(waiting_on, fut)
-                    waiting_on = original
-                    self._wait_reply(waiting_on, actor_id, fut)
-                    self._scheduler_wake.set()
+            self._claim_on_insert(new)
+            submitted = self.committer.submit(new)
+            if submitted.done():  # a store that never waits (MemoryStore)
+                result = submitted.result()
+            else:
+                try:
+                    with anyio.fail_at(deadline):
+                        result = await submitted
+                except TimeoutError:
+                    raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
+            original = result.duplicates.get(new.msg_id)
+            if original is None:
+                self._route(new)
+            else:
+                # Asked before with this dedup key: wait for (or fetch) the first reply.
+                self._unwait_reply(waiting_on, fut)
+                waiting_on = original
+                self._wait_reply(waiting_on, actor_id, fut)
+                self._scheduler_wake.set()
+            # A timer fails the reply future: cheaper than a cancel scope around the wait.
+            timer = loop.call_at(
+                deadline, _expire, fut, AskTimeout, (actor_id, type(msg).__name__, timeout)
+            )
+            try:
                 return await fut
-        except TimeoutError:
-            raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
+            finally:
+                timer.cancel()
         finally:
             self._unwait_reply(waiting_on, fut)
 
@@ -832,6 +846,11 @@ class Runtime:
             "commits": self.committer.commits,
             "writes": self.committer.writes,
         }
+
+
+def _expire(fut: asyncio.Future[Any], error: type[BaseException], args: tuple[Any, ...]) -> None:
+    if not fut.done():
+        fut.set_exception(error(*args))
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
