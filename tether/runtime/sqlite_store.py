@@ -1,23 +1,31 @@
-"""``SqliteStore``: the embedded default, on aiosqlite.
+"""``SqliteStore``: the embedded default, on the standard ``sqlite3`` module.
 
 Layout of the work, and why:
 
+* Each connection lives on its own thread (``_Conn``), and a call onto it is one thread hop
+  (tens of µs of event-loop time, and latency): so every transaction runs there whole, as one
+  function, and costs one hop whatever its size.
 * One writer connection, WAL, ``BEGIN IMMEDIATE`` per batch. A batch is applied as a fixed
-  handful of ``executemany`` calls, whatever its size: each aiosqlite await is a thread hop
-  (~100 µs on this class of machine), so the cost of a commit must not grow with its rows.
-* One reader connection for everything else; WAL lets it read while the writer writes.
+  handful of ``executemany`` calls, whatever its size. ``_apply`` is written against
+  aiosqlite-shaped calls (``await db.executemany(...)``) on a ``_Tx``, whose methods never
+  wait: the writer thread runs the coroutine to its end in one go (``_run_inline``).
+* One reader connection for everything else; WAL lets it read while the writer writes. On
+  ``":memory:"`` there is one connection, so reads queue behind whole batches on its thread and
+  never see half of one.
 * The schema carries a version in ``meta``; a store of an unknown version is refused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import aiosqlite
 import anyio
 import msgspec
 
@@ -133,6 +141,134 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[i : i + size]
 
 
+T = TypeVar("T")
+
+
+class _Rows:
+    """A finished statement's rows, with aiosqlite's cursor reads."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    async def fetchone(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    async def fetchall(self) -> list[Any]:
+        return self.rows
+
+
+class _Tx:
+    """A connection as seen from its own thread, with aiosqlite's call shapes. Nothing here
+    waits, so a coroutine that awaits only these runs to its end in one ``_run_inline``."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        cur = self.conn.execute(sql, params)
+        return _Rows(cur.fetchall(), cur.rowcount)
+
+    async def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, params)
+
+    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self.conn.execute(sql, params).fetchall()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+
+def _run_inline(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never waits (it awaits ``_Tx`` calls only) to its end, here."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a store transaction tried to wait for something")
+
+
+class _Conn:
+    """One ``sqlite3`` connection and the one thread that uses it. ``call`` runs a function
+    there (one thread hop); the aiosqlite-shaped methods are for one-off statements."""
+
+    def __init__(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        self._executor = executor
+        self.conn = conn
+        self.tx = _Tx(conn)
+
+    @classmethod
+    async def open(cls, path: str, name: str) -> _Conn:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tether-sqlite-{name}")
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await loop.run_in_executor(executor, _open_connection, path)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(executor, conn)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def transaction(self, fn: Callable[[_Tx], Coroutine[Any, Any, T]]) -> T:
+        """Run ``fn(tx)`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on the connection's thread, all
+        of it in one hop; any error rolls back."""
+        return await self.call(self._transaction, fn)
+
+    def _transaction(self, fn: Callable[[_Tx], Coroutine[Any, Any, T]]) -> T:
+        conn = self.conn
+        if conn.in_transaction:  # a ROLLBACK that failed earlier: never build on a leftover
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = _run_inline(fn(self.tx))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # the first error is the one to report
+                    conn.execute("ROLLBACK")
+            raise
+        return result
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        return await self.call(_run_inline_fn, self.tx.execute, sql, params)
+
+    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return await self.call(_fetchall, self.conn, sql, params)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    async def close(self) -> None:
+        """Close the connection on its thread (after whatever is queued there), then let the
+        thread end. Shielded: a cancelled close must not leave the connection open."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.call(self.conn.close)
+            finally:
+                self._executor.shutdown(wait=False)
+
+
+def _open_connection(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
+def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    return conn.execute(sql, params).fetchall()
+
+
+def _run_inline_fn(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    return _run_inline(fn(*args))
+
+
 class SqliteStore:
     """A store in one SQLite file. See the module docstring for how it is used."""
 
@@ -141,9 +277,8 @@ class SqliteStore:
             raise StoreOpenError(f"durability must be 'full' or 'normal', not {durability!r}")
         self.path = str(path)
         self.durability = durability
-        self._writer: aiosqlite.Connection | None = None
-        self._reader: aiosqlite.Connection | None = None
-        self._write_lock = anyio.Lock()
+        self._writer: _Conn | None = None
+        self._reader: _Conn | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -151,9 +286,11 @@ class SqliteStore:
         if self.path != ":memory:":
             await anyio.to_thread.run_sync(self._check_path)
         try:
-            self._writer = await self._connect()
-            await self._ensure_schema(self._writer)
-            self._reader = self._writer if self.path == ":memory:" else await self._connect()
+            self._writer = await self._connect("writer")
+            await self._writer.call(_run_inline_fn, self._ensure_schema, self._writer.tx)
+            self._reader = (
+                self._writer if self.path == ":memory:" else await self._connect("reader")
+            )
         except sqlite3.DatabaseError as exc:
             await self.close()
             raise StoreOpenError(f"cannot open store {self.path!r}: {exc}") from exc
@@ -176,8 +313,8 @@ class SqliteStore:
                 f"cannot create store {self.path!r}: folder {folder} is not writable"
             )
 
-    async def _connect(self) -> aiosqlite.Connection:
-        db = await aiosqlite.connect(self.path, isolation_level=None)
+    async def _connect(self, name: str) -> _Conn:
+        db = await _Conn.open(self.path, name)
         try:
             await db.execute("PRAGMA busy_timeout = 30000")
             if self.path != ":memory:":
@@ -186,14 +323,13 @@ class SqliteStore:
                     raise StoreOpenError(f"cannot switch {self.path!r} to WAL mode")
             await db.execute(f"PRAGMA synchronous = {self.durability.upper()}")
         except BaseException:
-            # Not in self._writer/_reader yet, so close() would miss it, and its worker thread
-            # (not a daemon) would keep the process from exiting.
-            with anyio.CancelScope(shield=True):
-                await db.close()
+            # Not in self._writer/_reader yet, so close() would miss it.
+            await db.close()
             raise
         return db
 
-    async def _ensure_schema(self, db: aiosqlite.Connection) -> None:
+    async def _ensure_schema(self, db: _Tx) -> None:
+        """Run on the writer's thread, inline (``_run_inline``): it never waits."""
         await db.execute("BEGIN IMMEDIATE")
         try:
             tables = {
@@ -225,50 +361,41 @@ class SqliteStore:
                     )
             await db.execute("COMMIT")
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                if db.in_transaction:
-                    await db.execute("ROLLBACK")
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
             raise
 
     async def close(self) -> None:
         for db in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
-            with anyio.CancelScope(shield=True):
-                await db.close()
+            await db.close()
         self._reader = self._writer = None
 
-    def _r(self) -> aiosqlite.Connection:
+    def _r(self) -> _Conn:
         if self._reader is None:
             raise StoreError(f"store {self.path!r} is not open")
         return self._reader
 
-    def _w(self) -> aiosqlite.Connection:
+    def _w(self) -> _Conn:
         if self._writer is None:
             raise StoreError(f"store {self.path!r} is not open")
         return self._writer
 
     async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        if self._reader is self._writer:  # ":memory:": reads must not see a half-done batch
-            async with self._write_lock:
-                return list(await self._r().execute_fetchall(sql, params))
-        return list(await self._r().execute_fetchall(sql, params))
+        # On ":memory:" the reader is the writer: its thread runs whole batches, so a read never
+        # sees half of one.
+        return await self._r().execute_fetchall(sql, params)
 
     # -- the batch ----------------------------------------------------------------------------
 
     async def apply(self, batch: Batch) -> BatchResult:
-        async with self._write_lock:
-            db = self._w()
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                result = await self._apply(db, batch)
-                await db.execute("COMMIT")
-            except BaseException as exc:
-                await _rollback(db)
-                if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"batch not applied to {self.path!r}: {exc}") from exc
-                raise
-            return result
+        db = self._w()
+        try:
+            # One thread hop: BEGIN, every write, COMMIT (or ROLLBACK) run on the writer thread.
+            return await db.transaction(lambda tx: self._apply(tx, batch))
+        except sqlite3.Error as exc:
+            raise StoreError(f"batch not applied to {self.path!r}: {exc}") from exc
 
-    async def _apply(self, db: aiosqlite.Connection, b: Batch) -> BatchResult:
+    async def _apply(self, db: _Tx, b: Batch) -> BatchResult:
         result = BatchResult()
 
         # I8: check every fenced write against the current fence, in this transaction.
@@ -461,9 +588,7 @@ class SqliteStore:
             )
         return result
 
-    async def _dead_letter(
-        self, db: aiosqlite.Connection, rows: list[tuple[str, str, float]]
-    ) -> None:
+    async def _dead_letter(self, db: _Tx, rows: list[tuple[str, str, float]]) -> None:
         """Move mailbox rows to dead letters, answering any waiting ask with its error history
         (the errors recorded on the message, then the reason)."""
         asked: dict[str, list[str]] = {}
@@ -487,7 +612,7 @@ class SqliteStore:
         )
         await db.executemany("DELETE FROM mailbox WHERE msg_id = ?", [(m,) for m, _, _ in rows])
 
-    async def _actors_in(self, db: aiosqlite.Connection, ids: list[str]) -> list[ActorRecord]:
+    async def _actors_in(self, db: _Tx, ids: list[str]) -> list[ActorRecord]:
         out: list[ActorRecord] = []
         for chunk in _chunks(ids):
             marks = ",".join("?" * len(chunk))
@@ -531,7 +656,7 @@ class SqliteStore:
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
         rows = await self._read(
             "SELECT seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply FROM mailbox "
-            "WHERE actor_id = ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
+            "WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at) ORDER BY seq LIMIT ?",
             (actor_id, now, limit),
         )
         return [
@@ -553,7 +678,8 @@ class SqliteStore:
         self, after_seq: int, now: float, limit: int
     ) -> list[tuple[int, str, str]]:
         rows = await self._read(
-            "SELECT seq, actor_id, msg_id FROM mailbox WHERE seq > ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
+            "SELECT seq, actor_id, msg_id FROM mailbox WHERE seq > ? "
+            "AND (deliver_at <= ? OR deliver_at = created_at) ORDER BY seq LIMIT ?",
             (after_seq, now, limit),
         )
         return [(s, a, m) for s, a, m in rows]
@@ -561,7 +687,7 @@ class SqliteStore:
     async def orphaned(self, now: float, limit: int) -> list[str]:
         rows = await self._read(
             "SELECT DISTINCT m.actor_id FROM mailbox m JOIN actors a ON a.actor_id = m.actor_id "
-            "WHERE m.deliver_at <= ? AND (a.lease_owner IS NULL OR a.lease_expires < ? "
+            "WHERE (m.deliver_at <= ? OR m.deliver_at = m.created_at) AND (a.lease_owner IS NULL OR a.lease_expires < ? "
             "OR a.lease_owner NOT IN (SELECT runtime_id FROM runtimes)) LIMIT ?",
             (now, now, limit),
         )
@@ -569,7 +695,8 @@ class SqliteStore:
 
     async def due_between(self, after: float, upto: float) -> list[str]:
         rows = await self._read(
-            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ?",
+            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ? "
+            "AND deliver_at > created_at",
             (after, upto),
         )
         return [r[0] for r in rows]
@@ -616,19 +743,14 @@ class SqliteStore:
     # -- small writes outside the group committer ---------------------------------------------
 
     async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
-        async with self._write_lock:
-            db = self._w()
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                counts = []
-                for sql, params in sql_params:
-                    cur = await db.execute(sql, params)
-                    counts.append(cur.rowcount)
-                await db.execute("COMMIT")
-            except BaseException:
-                await _rollback(db)
-                raise
+        async def statements(db: _Tx) -> list[int]:
+            counts = []
+            for sql, params in sql_params:
+                cur = await db.execute(sql, params)
+                counts.append(cur.rowcount)
             return counts
+
+        return await self._w().transaction(statements)
 
     async def renew_leases(self, owner: str, expires: float) -> None:
         await self._write(
@@ -693,17 +815,6 @@ class SqliteStore:
 
 
 _ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
-
-
-async def _rollback(db: aiosqlite.Connection) -> None:
-    """Roll back whatever is open, even if the BEGIN itself is still queued on the connection's
-    thread (a cancellation can arrive between the two): aiosqlite runs calls in order."""
-    with anyio.CancelScope(shield=True):
-        try:
-            await db.execute("ROLLBACK")
-        except sqlite3.OperationalError as exc:
-            if "no transaction is active" not in str(exc):
-                raise
 
 
 def _actor(row: Sequence[Any]) -> ActorRecord:
