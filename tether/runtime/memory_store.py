@@ -35,6 +35,11 @@ class _ReplyRow(msgspec.Struct):
     created_at: float
 
 
+def _due(m: NewMessage, now: float) -> bool:
+    """A message sent without a delay is due at once, whatever the reader's clock says."""
+    return m.deliver_at <= now or m.deliver_at == m.created_at
+
+
 class MemoryStore:
     """A store in process memory. See the module docstring."""
 
@@ -245,18 +250,14 @@ class MemoryStore:
 
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
         self._check()
-        rows = [
-            r
-            for r in self.mailbox.values()
-            if r.msg.actor_id == actor_id and r.msg.deliver_at <= now
-        ]
+        rows = [r for r in self.mailbox.values() if r.msg.actor_id == actor_id and _due(r.msg, now)]
         return [self._stored(r) for r in rows[:limit]]
 
     async def new_messages(
         self, after_seq: int, now: float, limit: int
     ) -> list[tuple[int, str, str]]:
         self._check()
-        rows = [r for r in self.mailbox.values() if r.seq > after_seq and r.msg.deliver_at <= now]
+        rows = [r for r in self.mailbox.values() if r.seq > after_seq and _due(r.msg, now)]
         return [(r.seq, r.msg.actor_id, r.msg.msg_id) for r in rows[:limit]]
 
     async def orphaned(self, now: float, limit: int) -> list[str]:
@@ -264,7 +265,7 @@ class MemoryStore:
         out: dict[str, None] = {}
         for r in self.mailbox.values():
             rec = self.actors.get(r.msg.actor_id)
-            if rec is None or r.msg.deliver_at > now:
+            if rec is None or not _due(r.msg, now):
                 continue
             if (
                 rec.lease_owner is None
@@ -276,7 +277,11 @@ class MemoryStore:
 
     async def due_between(self, after: float, upto: float) -> list[str]:
         self._check()
-        ids = (r.msg.actor_id for r in self.mailbox.values() if after < r.msg.deliver_at <= upto)
+        ids = (
+            r.msg.actor_id
+            for r in self.mailbox.values()
+            if after < r.msg.deliver_at <= upto and r.msg.deliver_at > r.msg.created_at
+        )
         return list(dict.fromkeys(ids))
 
     async def get_replies(self, msg_ids: list[str]) -> list[Reply]:

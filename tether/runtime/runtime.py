@@ -148,6 +148,8 @@ class Runtime:
         self._stopping: set[str] = set()
         self._timers: list[float] = []
         self._scheduler_wake = asyncio.Event()
+        self._scan_watermark = 0  # the scheduler's: mailbox seq seen so far
+        self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
         self._tg: anyio.abc.TaskGroup | None = None
         self._open = False
 
@@ -672,8 +674,12 @@ class Runtime:
     async def _scheduler(self) -> None:
         """Find work this process must do: messages from other processes, delayed messages
         that came due, actors whose owner died, and replies to asks answered elsewhere."""
-        watermark = 0
-        last_due = self.clock()
+        # Kept across a restart of this loop after a store error, so that a delayed message
+        # that came due while it was down is still found.
+        watermark = self._scan_watermark
+        if self._last_due is None:
+            self._last_due = self.clock()
+        last_due = self._last_due
         next_orphan_scan = 0.0
         await self._resume_resident_trees()
         while True:
@@ -682,7 +688,7 @@ class Runtime:
             rows = await self.store.new_messages(watermark, now, 5000)
             own = f"{self._id_prefix}-"
             for seq, actor_id, msg_id in rows:
-                watermark = max(watermark, seq)
+                watermark = self._scan_watermark = max(watermark, seq)
                 cell = self.cells.get(actor_id)
                 if cell is None:
                     touched[actor_id] = None
@@ -697,7 +703,7 @@ class Runtime:
                 else:
                     cell.rescan_requested = True
                     cell.wake.set()
-            last_due = now
+            last_due = self._last_due = now
             while self._timers and self._timers[0] <= now:
                 heapq.heappop(self._timers)
             if now >= next_orphan_scan:
