@@ -262,7 +262,7 @@ class Runtime:
         if stored.status != "active":
             raise ActorStopped(actor_id, stored.stop_reason)
         self._known[actor_id] = (spec, stored.status)
-        cell = await self._activate(actor_id)
+        cell = await self._activate(actor_id, by_parent=parent_id is not None)
         if cell is not None:
             await cell.ready.wait()  # like OTP's start_link: on_start has run when spawn returns
         return ActorRef(self, actor_id)
@@ -604,14 +604,26 @@ class Runtime:
             telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
             self.activation_failed(actor_id, exc)
 
-    async def _activate(self, actor_id: str) -> Cell | None:
-        """Take the actor's lease and start its cell here; None if someone else holds it."""
+    async def _activate(self, actor_id: str, *, by_parent: bool = False) -> Cell | None:
+        """Take the actor's lease and start its cell here; None if someone else holds it.
+
+        ``by_parent``: the actor's supervisor is starting it. Anyone else defers a child to its
+        supervisor while that one is starting: it starts its children itself, in order."""
         cell = self.cells.get(actor_id)
         if cell is not None or actor_id in self._stopping or not self._open:
             return cell
-        in_progress = self._activating.get(actor_id)
-        if in_progress is not None:  # someone else is activating it: share the outcome
+        for _ in range(2):
+            in_progress = self._activating.get(actor_id)
+            if in_progress is None:
+                break
+            # Someone else is activating it: share the outcome. An activation that ended
+            # without a cell may only have deferred to the parent (which may be the caller,
+            # starting its children): then try once more here.
             await in_progress.wait()
+            cell = self.cells.get(actor_id)
+            if cell is not None or actor_id in self._stopping or not self._open:
+                return cell
+        else:
             return self.cells.get(actor_id)
         now = self.clock()
         if self._not_before.get(actor_id, 0.0) > now:
@@ -629,12 +641,18 @@ class Runtime:
                     self.stop_record(actor_id, rec.stop_reason or rec.status, status=rec.status)
                 )
                 return None
-            if rec.parent_id is not None and rec.parent_id not in self.cells:
+            parent = self.cells.get(rec.parent_id) if rec.parent_id is not None else None
+            if rec.parent_id is not None and (
+                parent is None or not (by_parent or parent.ready.is_set())
+            ):
                 # A subtree lives in one runtime: start the supervisor, which starts its children.
                 del self._activating[actor_id]
                 done.set()
-                await self._activate(rec.parent_id)
-                return None
+                if parent is None:
+                    await self._activate(rec.parent_id)
+                    return None
+                await parent.ready.wait()  # its on_start is starting this child
+                return self.cells.get(actor_id)
             result = await self.committer.submit(
                 LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now)
             )
