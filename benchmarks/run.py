@@ -787,8 +787,8 @@ def table(b: Bench, targets: list[dict[str, Any]]) -> str:
 
 
 def profile_all(sizes: Sizes, top: int) -> None:
-    """One run of each tether scenario under cProfile (main thread only: the SQLite work in
-    aiosqlite's threads shows up as time the loop spends waiting in select)."""
+    """One run of each tether scenario under cProfile (main thread only: the SQLite work on the
+    store's connection threads shows up as time the loop spends waiting in select)."""
 
     def show(title: str, fn: Callable[[], object]) -> None:
         fn()  # warm-up

@@ -45,7 +45,7 @@ def dump(path: Path) -> list[str]:
 
 @pytest.fixture
 async def no_leaked_connections(anyio_backend: str) -> AsyncIterator[None]:
-    """Fail the test if it leaves an aiosqlite connection (and its worker thread) open.
+    """Fail the test if it leaves a connection (and its worker thread) open.
 
     A leaked worker thread is not a daemon: left alone, it blocks the interpreter's exit and the
     whole pytest run hangs after the summary. So leaked connections are closed here, then reported.
@@ -55,7 +55,8 @@ async def no_leaked_connections(anyio_backend: str) -> AsyncIterator[None]:
     workers = [
         t
         for t in set(threading.enumerate()) - before
-        if "_connection_worker_thread" in t.name and t.is_alive()
+        if ("_connection_worker_thread" in t.name or t.name.startswith("tether-sqlite-"))
+        and t.is_alive()
     ]
     for t in workers:  # a connection being stopped finishes promptly
         await anyio.to_thread.run_sync(t.join, 2.0)

@@ -278,6 +278,24 @@ async def test_due_between_names_actors_with_a_delayed_message_due_in_the_window
     assert await store.due_between(NOW + 29, NOW + 30) == ["c"]  # upto is inclusive
 
 
+async def test_a_message_sent_without_delay_is_due_at_once_and_never_named_by_due_between(
+    store: Store,
+) -> None:
+    """deliver_at == created_at: due for pending/new_messages/orphaned even to a reader whose clock
+    is behind the sender's, and left to new_messages by due_between (only delayed ones there)."""
+    await spawn(store, "a", "b")
+    await send(
+        store,
+        msg("now", "a", deliver_at=NOW + 1, created_at=NOW + 1),
+        msg("later", "b", deliver_at=NOW + 2, created_at=NOW),
+    )
+    behind = NOW  # the reader's clock, a little behind the sender's
+    assert [m.msg_id for m in await store.pending("a", behind, 10)] == ["now"]
+    assert [m for _, _, m in await store.new_messages(0, behind, 10)] == ["now"]
+    assert await store.orphaned(behind, 10) == ["a"]
+    assert await store.due_between(NOW - 5, NOW + 5) == ["b"]
+
+
 async def test_new_messages_lists_due_messages_after_a_seq_watermark(store: Store) -> None:
     """new_messages returns (seq, actor, msg) of due messages stored after the watermark, in order."""
     await spawn(store, "a", "b")

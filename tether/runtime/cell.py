@@ -179,6 +179,9 @@ class Cell:
         self.stop_reason: str | None = None
         self.leaving = False
         self.wake = asyncio.Event()
+        self._idle_deadline: float | None = None  # set while waiting for work
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_expired = False
         self.exited = asyncio.Event()
         self.rescan_requested = True
         self.processed = 0
@@ -369,6 +372,9 @@ class Cell:
             log.error("actor_failed", error=repr(exc), exc_info=exc)
             self.runtime.activation_failed(self._actor_id, exc)
         finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
             self.ready.set()
             self.runtime.cell_exited(self)
             self.exited.set()
@@ -477,6 +483,7 @@ class Cell:
     async def _next(self) -> StoredMessage | None:
         """The next message to deliver; None when stopping, leaving, or idle long enough."""
         idle = self.runtime.passivate_after
+        expired = False
         while True:
             if self.stop_reason is not None or self.leaving:
                 return None
@@ -485,6 +492,8 @@ class Cell:
                 await self._rescan()
             if self.buffer:
                 return self.buffer[0]
+            if expired:
+                return None
             self.wake.clear()
             # Re-check after clearing: a leave() or stop during the rescan set wake already.
             if self.stop_reason is not None or self.leaving or self.rescan_requested:
@@ -492,10 +501,32 @@ class Cell:
             if idle is None:
                 await self.wake.wait()
                 continue
-            with anyio.move_on_after(idle):
-                await self.wake.wait()
-            if not self.wake.is_set():
-                return None
+            expired = await self._wait_idle(idle)
+
+    async def _wait_idle(self, idle: float) -> bool:
+        """Wait for ``wake``; True if ``idle`` seconds passed first. One timer per cell, re-armed
+        only when it fires early, serves every wait: cheaper than a cancel scope per wait."""
+        loop = asyncio.get_running_loop()
+        self._idle_deadline = loop.time() + idle
+        if self._idle_timer is None:
+            self._idle_timer = loop.call_at(self._idle_deadline, self._idle_check, loop)
+        try:
+            await self.wake.wait()
+        finally:
+            self._idle_deadline = None
+        expired, self._idle_expired = self._idle_expired, False
+        return expired
+
+    def _idle_check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._idle_timer = None
+        deadline = self._idle_deadline
+        if deadline is None:  # not waiting: the next wait arms a new timer
+            return
+        if loop.time() >= deadline:
+            self._idle_expired = True
+            self.wake.set()
+        else:
+            self._idle_timer = loop.call_at(deadline, self._idle_check, loop)
 
     async def _rescan(self) -> None:
         """Pick up messages stored by other processes (or before this activation)."""

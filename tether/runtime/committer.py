@@ -7,11 +7,17 @@ the commit that holds its write (I1, I2).
 
 If a whole batch fails, every write in it is retried on its own, so that one bad write (a
 corrupt payload, a constraint a bug broke) fails alone and the others still commit.
+
+A store whose writes never wait (``MemoryStore``: it has an ``apply_sync``) needs no batching:
+each write is applied in ``submit`` itself, in submission order, and its future is already
+settled when ``submit`` returns. To keep a tight loop of sends from starving the other tasks,
+every ``_YIELD_EVERY``-th such outcome is handed over on the next turn of the event loop instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -68,6 +74,17 @@ _FIELD: dict[type[Any], str] = {
     Park: "parks",
 }
 
+_YIELD_EVERY = 32
+
+
+def _sync_applier(store: Store) -> Callable[[Batch], BatchResult] | None:
+    """The store's synchronous ``apply_sync``, unless ``apply`` was replaced on the instance
+    (a test wrapping it to inject failures): then every write must go through that ``apply``."""
+    sync: Callable[[Batch], BatchResult] | None = getattr(store, "apply_sync", None)
+    if sync is None or "apply" in getattr(store, "__dict__", ()):
+        return None
+    return sync
+
 
 class GroupCommitter:
     """Collects writes from every actor and commits them together."""
@@ -78,6 +95,8 @@ class GroupCommitter:
         self._queue: list[tuple[Write, asyncio.Future[BatchResult]]] = []
         self._wakeup = asyncio.Event()
         self._closed = False
+        self._busy = False  # the writer task is applying a batch
+        self._sync_count = 0
         self.commits = 0
         self.writes = 0
 
@@ -89,10 +108,40 @@ class GroupCommitter:
         """
         if self._closed:
             raise JournalWriteError("the group committer is closed")
-        fut: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[BatchResult] = loop.create_future()
+        if not self._queue and not self._busy:
+            sync = _sync_applier(self._store)
+            if sync is not None:
+                self._apply_now(sync, write, fut, loop)
+                return fut
         self._queue.append((write, fut))
         self._wakeup.set()
         return fut
+
+    def _apply_now(
+        self,
+        sync: Callable[[Batch], BatchResult],
+        write: Write,
+        fut: asyncio.Future[BatchResult],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """The fast path of a store that never waits: apply ``write`` alone, right now."""
+        batch = Batch()
+        getattr(batch, _FIELD[type(write)]).append(write)
+        try:
+            result: BatchResult | None = sync(batch)
+            error: BaseException | None = None
+        except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
+            result, error = None, exc
+        else:
+            self.commits += 1
+            self.writes += 1
+        self._sync_count += 1
+        if self._sync_count % _YIELD_EVERY:
+            _settle([(write, fut)], result, error)
+        else:  # let the other tasks run: the caller waits for one turn of the loop
+            loop.call_soon(_settle, [(write, fut)], result, error)
 
     async def run(self) -> None:
         """The writer task. Runs until ``close``; drains what is queued before it stops."""
@@ -122,6 +171,13 @@ class GroupCommitter:
             await stopped.wait()
 
     async def _commit_next(self) -> None:
+        self._busy = True
+        try:
+            await self._commit_taken()
+        finally:
+            self._busy = False
+
+    async def _commit_taken(self) -> None:
         taken = self._queue[: self._max_batch]
         del self._queue[: self._max_batch]
         try:

@@ -38,6 +38,11 @@ class _ReplyRow(msgspec.Struct):
     created_at: float
 
 
+def _due(m: NewMessage, now: float) -> bool:
+    """A message sent without a delay is due at once, whatever the reader's clock says."""
+    return m.deliver_at <= now or m.deliver_at == m.created_at
+
+
 class MemoryStore:
     """A store in process memory. See the module docstring."""
 
@@ -67,25 +72,32 @@ class MemoryStore:
             raise StoreError("memory store is not open")
 
     async def apply(self, batch: Batch) -> BatchResult:
+        return self.apply_sync(batch)
+
+    def apply_sync(self, batch: Batch) -> BatchResult:
+        """``apply``, synchronously: nothing here waits, so the group committer calls it directly
+        (no committer round trip) when it is the store's ``apply`` in force."""
         self._check()
         result = BatchResult()
         # Validate first, then mutate in place: nothing below the checks can fail, so a batch is
         # applied whole or not at all, in time proportional to the batch, not to the store.
-        actors, mailbox, dedup, replies, dead = (
-            self.actors,
-            self.mailbox,
-            self.dedup,
-            self.replies,
-            self.dead,
-        )
-        for op in batch.fenced():
-            rec = actors.get(op.actor_id)
-            if rec is None or rec.fence != op.fence:
-                result.stale.add(op.actor_id)
+        actors, mailbox, dedup, replies = self.actors, self.mailbox, self.dedup, self.replies
+        if (
+            batch.releases
+            or batch.steps
+            or batch.claims
+            or batch.failures
+            or batch.effects
+            or batch.parks
+        ):
+            for op in batch.fenced():
+                rec = actors.get(op.actor_id)
+                if rec is None or rec.fence != op.fence:
+                    result.stale.add(op.actor_id)
         stale = result.stale
         last_seq: dict[str, int] = {}
         for st in batch.steps:
-            if st.actor_id in stale:
+            if st.actor_id in stale or not st.events:
                 continue
             for ev in st.events:
                 have = self.journal.get(st.actor_id)
@@ -132,8 +144,10 @@ class MemoryStore:
             else:
                 result.leases[acq.actor_id] = None
 
-        steps = [s for s in batch.steps if s.actor_id not in stale]
-        for m in [*batch.messages, *(o for s in steps for o in s.outbox)]:
+        steps = [s for s in batch.steps if s.actor_id not in stale] if stale else batch.steps
+        for m in (
+            [*batch.messages, *(o for s in steps for o in s.outbox)] if steps else batch.messages
+        ):
             if m.dedup_key is not None:
                 stored = dedup.setdefault((m.actor_id, m.dedup_key), (m.msg_id, m.created_at))[0]
                 if stored != m.msg_id:
@@ -156,34 +170,16 @@ class MemoryStore:
         for msg_id in claims:
             row = mailbox.get(msg_id)
             if row is not None:
-                mailbox[msg_id] = msgspec.structs.replace(row, attempts=row.attempts + 1)
+                row.attempts += 1  # a row is never shared: reads hand out copies
 
-        def dead_letter(msg_id: str, reason: str, at: float) -> None:
-            row = mailbox.pop(msg_id, None)
-            if row is None:
-                return
-            if row.msg.wants_reply:
-                payload = msgspec.msgpack.encode([*row.errors, reason])
-                replies[msg_id] = _ReplyRow(Reply(msg_id, False, payload), at)
-            dead[msg_id] = DeadLetter(
-                msg_id=msg_id,
-                actor_id=row.msg.actor_id,
-                type=row.msg.type,
-                payload=row.msg.payload,
-                attempts=row.attempts,
-                errors=list(row.errors),
-                reason=reason,
-                created_at=at,
-            )
-
+        dead_letter = self._dead_letter
         for f in batch.failures:
             if f.actor_id in stale:
                 continue
             row = mailbox.get(f.msg_id)
             if row is not None:
-                mailbox[f.msg_id] = msgspec.structs.replace(
-                    row, errors=list(f.errors), attempts=row.attempts + int(f.claim_again)
-                )
+                row.errors = list(f.errors)
+                row.attempts += int(f.claim_again)
             if f.dead_letter_reason is not None:
                 dead_letter(f.msg_id, f.dead_letter_reason, f.now)
 
@@ -204,9 +200,8 @@ class MemoryStore:
                     parks=row.parks + 1,
                 )
 
-        stop_ops: list[StopActor] = [s.stop for s in steps if s.stop is not None] + list(
-            batch.stops
-        )
+        stop_ops: list[StopActor] = [s.stop for s in steps if s.stop is not None]
+        stop_ops += batch.stops
         for halt in stop_ops:
             rec = actors.get(halt.actor_id)
             if rec is not None:
@@ -231,6 +226,24 @@ class MemoryStore:
                         ),
                     )
         return result
+
+    def _dead_letter(self, msg_id: str, reason: str, at: float) -> None:
+        row = self.mailbox.pop(msg_id, None)
+        if row is None:
+            return
+        if row.msg.wants_reply:
+            payload = msgspec.msgpack.encode([*row.errors, reason])
+            self.replies[msg_id] = _ReplyRow(Reply(msg_id, False, payload), at)
+        self.dead[msg_id] = DeadLetter(
+            msg_id=msg_id,
+            actor_id=row.msg.actor_id,
+            type=row.msg.type,
+            payload=row.msg.payload,
+            attempts=row.attempts,
+            errors=list(row.errors),
+            reason=reason,
+            created_at=at,
+        )
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
         self._check()
@@ -267,18 +280,14 @@ class MemoryStore:
 
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
         self._check()
-        rows = [
-            r
-            for r in self.mailbox.values()
-            if r.msg.actor_id == actor_id and r.msg.deliver_at <= now
-        ]
+        rows = [r for r in self.mailbox.values() if r.msg.actor_id == actor_id and _due(r.msg, now)]
         return [self._stored(r) for r in rows[:limit]]
 
     async def new_messages(
         self, after_seq: int, now: float, limit: int
     ) -> list[tuple[int, str, str]]:
         self._check()
-        rows = [r for r in self.mailbox.values() if r.seq > after_seq and r.msg.deliver_at <= now]
+        rows = [r for r in self.mailbox.values() if r.seq > after_seq and _due(r.msg, now)]
         return [(r.seq, r.msg.actor_id, r.msg.msg_id) for r in rows[:limit]]
 
     async def orphaned(self, now: float, limit: int) -> list[str]:
@@ -286,7 +295,7 @@ class MemoryStore:
         out: dict[str, None] = {}
         for r in self.mailbox.values():
             rec = self.actors.get(r.msg.actor_id)
-            if rec is None or r.msg.deliver_at > now:
+            if rec is None or not _due(r.msg, now):
                 continue
             if (
                 rec.lease_owner is None
@@ -298,7 +307,11 @@ class MemoryStore:
 
     async def due_between(self, after: float, upto: float) -> list[str]:
         self._check()
-        ids = (r.msg.actor_id for r in self.mailbox.values() if after < r.msg.deliver_at <= upto)
+        ids = (
+            r.msg.actor_id
+            for r in self.mailbox.values()
+            if after < r.msg.deliver_at <= upto and r.msg.deliver_at > r.msg.created_at
+        )
         return list(dict.fromkeys(ids))
 
     async def get_replies(self, msg_ids: list[str]) -> list[Reply]:

@@ -171,6 +171,8 @@ class Runtime:
         self._stopping: set[str] = set()
         self._timers: list[float] = []
         self._scheduler_wake = asyncio.Event()
+        self._scan_watermark = 0  # the scheduler's: mailbox seq seen so far
+        self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
         self._tg: anyio.abc.TaskGroup | None = None
         self._open = False
 
@@ -289,7 +291,7 @@ class Runtime:
         if stored.status != "active":
             raise ActorStopped(actor_id, stored.stop_reason)
         self._known[actor_id] = (spec, stored.status)
-        cell = await self._activate(actor_id)
+        cell = await self._activate(actor_id, by_parent=parent_id is not None)
         if cell is not None:
             await cell.ready.wait()  # like OTP's start_link: on_start has run when spawn returns
         return ActorRef(self, actor_id)
@@ -344,25 +346,39 @@ class Runtime:
         if timeout <= 0:
             raise ConfigError(f"ask timeout must be positive, not {timeout!r}")
         new = await self._prepare(actor_id, msg, dedup_key, None, wants_reply=True)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        fut: asyncio.Future[Any] = loop.create_future()
         waiting_on = new.msg_id
         self._wait_reply(waiting_on, actor_id, fut)
         try:
-            with anyio.fail_after(timeout):
-                self._claim_on_insert(new)
-                result = await self.committer.submit(new)
-                original = result.duplicates.get(new.msg_id)
-                if original is None:
-                    self._route(new)
-                else:
-                    # Asked before with this dedup key: wait for (or fetch) the first reply.
-                    self._unwait_reply(waiting_on, fut)
-                    waiting_on = original
-                    self._wait_reply(waiting_on, actor_id, fut)
-                    self._scheduler_wake.set()
+            self._claim_on_insert(new)
+            submitted = self.committer.submit(new)
+            if submitted.done():  # a store that never waits (MemoryStore)
+                result = submitted.result()
+            else:
+                try:
+                    with anyio.fail_at(deadline):
+                        result = await submitted
+                except TimeoutError:
+                    raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
+            original = result.duplicates.get(new.msg_id)
+            if original is None:
+                self._route(new)
+            else:
+                # Asked before with this dedup key: wait for (or fetch) the first reply.
+                self._unwait_reply(waiting_on, fut)
+                waiting_on = original
+                self._wait_reply(waiting_on, actor_id, fut)
+                self._scheduler_wake.set()
+            # A timer fails the reply future: cheaper than a cancel scope around the wait.
+            timer = loop.call_at(
+                deadline, _expire, fut, AskTimeout, (actor_id, type(msg).__name__, timeout)
+            )
+            try:
                 return await fut
-        except TimeoutError:
-            raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
+            finally:
+                timer.cancel()
         finally:
             self._unwait_reply(waiting_on, fut)
 
@@ -635,14 +651,26 @@ class Runtime:
         """Activate ``actor_id`` here if nobody else owns it; its cell, or None."""
         return await self._activate(actor_id)
 
-    async def _activate(self, actor_id: str) -> Cell | None:
-        """Take the actor's lease and start its cell here; None if someone else holds it."""
+    async def _activate(self, actor_id: str, *, by_parent: bool = False) -> Cell | None:
+        """Take the actor's lease and start its cell here; None if someone else holds it.
+
+        ``by_parent``: the actor's supervisor is starting it. Anyone else defers a child to its
+        supervisor while that one is starting: it starts its children itself, in order."""
         cell = self.cells.get(actor_id)
         if cell is not None or actor_id in self._stopping or not self._open or not self.serving:
             return cell
-        in_progress = self._activating.get(actor_id)
-        if in_progress is not None:  # someone else is activating it: share the outcome
+        for _ in range(2):
+            in_progress = self._activating.get(actor_id)
+            if in_progress is None:
+                break
+            # Someone else is activating it: share the outcome. An activation that ended
+            # without a cell may only have deferred to the parent (which may be the caller,
+            # starting its children): then try once more here.
             await in_progress.wait()
+            cell = self.cells.get(actor_id)
+            if cell is not None or actor_id in self._stopping or not self._open:
+                return cell
+        else:
             return self.cells.get(actor_id)
         now = self.clock()
         if self._not_before.get(actor_id, 0.0) > now:
@@ -660,12 +688,18 @@ class Runtime:
                     self.stop_record(actor_id, rec.stop_reason or rec.status, status=rec.status)
                 )
                 return None
-            if rec.parent_id is not None and rec.parent_id not in self.cells:
+            parent = self.cells.get(rec.parent_id) if rec.parent_id is not None else None
+            if rec.parent_id is not None and (
+                parent is None or not (by_parent or parent.ready.is_set())
+            ):
                 # A subtree lives in one runtime: start the supervisor, which starts its children.
                 del self._activating[actor_id]
                 done.set()
-                await self._activate(rec.parent_id)
-                return None
+                if parent is None:
+                    await self._activate(rec.parent_id)
+                    return None
+                await parent.ready.wait()  # its on_start is starting this child
+                return self.cells.get(actor_id)
             result = await self.committer.submit(
                 LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now)
             )
@@ -705,8 +739,12 @@ class Runtime:
     async def _scheduler(self) -> None:
         """Find work this process must do: messages from other processes, delayed messages
         that came due, actors whose owner died, and replies to asks answered elsewhere."""
-        watermark = 0
-        last_due = self.clock()
+        # Kept across a restart of this loop after a store error, so that a delayed message
+        # that came due while it was down is still found.
+        watermark = self._scan_watermark
+        if self._last_due is None:
+            self._last_due = self.clock()
+        last_due = self._last_due
         next_orphan_scan = 0.0
         await self._resume_resident_trees()
         while True:
@@ -715,7 +753,7 @@ class Runtime:
             rows = await self.store.new_messages(watermark, now, 5000)
             own = f"{self._id_prefix}-"
             for seq, actor_id, msg_id in rows:
-                watermark = max(watermark, seq)
+                watermark = self._scan_watermark = max(watermark, seq)
                 cell = self.cells.get(actor_id)
                 if cell is None:
                     touched[actor_id] = None
@@ -734,7 +772,7 @@ class Runtime:
                 else:
                     cell.rescan_requested = True
                     cell.wake.set()
-            last_due = now
+            last_due = self._last_due = now
             while self._timers and self._timers[0] <= now:
                 heapq.heappop(self._timers)
             if now >= next_orphan_scan:
@@ -888,6 +926,11 @@ class Runtime:
             "commits": self.committer.commits,
             "writes": self.committer.writes,
         }
+
+
+def _expire(fut: asyncio.Future[Any], error: type[BaseException], args: tuple[Any, ...]) -> None:
+    if not fut.done():
+        fut.set_exception(error(*args))
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:

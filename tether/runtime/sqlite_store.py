@@ -1,23 +1,33 @@
-"""``SqliteStore``: the embedded default, on aiosqlite.
+"""``SqliteStore``: the embedded default, on the standard ``sqlite3`` module.
 
 Layout of the work, and why:
 
+* Each connection lives on its own thread (``_Conn``), and a call onto it is one thread hop
+  (tens of µs of event-loop time, and latency): so every transaction runs there whole, as one
+  function, and costs one hop whatever its size.
 * One writer connection, WAL, ``BEGIN IMMEDIATE`` per batch. A batch is applied as a fixed
-  handful of ``executemany`` calls, whatever its size: each aiosqlite await is a thread hop
-  (~100 µs on this class of machine), so the cost of a commit must not grow with its rows.
-* One reader connection for everything else; WAL lets it read while the writer writes.
+  handful of ``executemany`` calls, whatever its size. ``_apply`` is written against
+  aiosqlite-shaped calls (``await db.executemany(...)``) on a ``_Tx``, whose methods never
+  wait: the writer thread runs the coroutine to its end in one go (``_run_inline``).
+* One reader connection for everything else; WAL lets it read while the writer writes. On
+  ``":memory:"`` there is one connection, so reads queue behind whole batches on its thread and
+  never see half of one.
 * The schema carries a version in ``meta``; a store of an unknown version is refused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import itertools
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import aiosqlite
 import anyio
 import msgspec
 
@@ -164,6 +174,184 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[i : i + size]
 
 
+T = TypeVar("T")
+
+_MAX_PARAMS = 999  # SQLite's bound-parameter limit before 3.32
+_MAX_ROWS = 256  # rows per multi-row statement
+
+
+def _ladder(n: int, top: int) -> Iterator[tuple[int, int]]:
+    """``(start, size)`` slices covering ``n`` rows: slices of ``top``, then the rest in
+    decreasing powers of two, so that a handful of statement shapes (each prepared once, then
+    taken from the connection's statement cache) serve any ``n``."""
+    i = 0
+    while n - i >= top:
+        yield i, top
+        i += top
+    size = top
+    while i < n:
+        size >>= 1
+        if n - i >= size:
+            yield i, size
+            i += size
+
+
+@functools.lru_cache(maxsize=512)
+def _rows_sql(head: str, row: str, tail: str, count: int) -> str:
+    return head + ",".join([row] * count) + tail
+
+
+def _per_statement(row: str) -> int:
+    """The largest power of two of rows of ``row`` one statement can bind."""
+    fits = min(_MAX_ROWS, _MAX_PARAMS // max(1, row.count("?")))
+    return 1 << (fits.bit_length() - 1)
+
+
+class _Rows:
+    """A finished statement's rows, with aiosqlite's cursor reads."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    async def fetchone(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    async def fetchall(self) -> list[Any]:
+        return self.rows
+
+
+class _Tx:
+    """A connection as seen from its own thread, with aiosqlite's call shapes. Nothing here
+    waits, so a coroutine that awaits only these runs to its end in one ``_run_inline``."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        cur = self.conn.execute(sql, params)
+        return _Rows(cur.fetchall(), cur.rowcount)
+
+    async def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, params)
+
+    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self.conn.execute(sql, params).fetchall()
+
+    async def execute_rows(
+        self, head: str, row: str, rows: Sequence[Sequence[Any]], tail: str = ""
+    ) -> list[Any]:
+        """``head`` + ``row`` repeated once per row, comma-separated, + ``tail``, over ``rows``
+        (e.g. a multi-row ``INSERT … VALUES`` or an ``IN (…)`` list), in as few statements as
+        the parameter limit allows, in order; returns the rows they produce.
+
+        The same work as ``executemany`` with far fewer ``sqlite3_step`` calls: each one
+        releases and retakes the GIL, and while the event loop is busy every retake can wait
+        for it. With the loop busy, ``executemany`` of single rows runs several times slower.
+        """
+        out: list[Any] = []
+        conn = self.conn
+        flat = list(itertools.chain.from_iterable(rows))
+        width = len(rows[0]) if rows else 0
+        for start, count in _ladder(len(rows), _per_statement(row)):
+            sql = _rows_sql(head, row, tail, count)
+            out.extend(conn.execute(sql, flat[start * width : (start + count) * width]).fetchall())
+        return out
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+
+def _run_inline(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never waits (it awaits ``_Tx`` calls only) to its end, here."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a store transaction tried to wait for something")
+
+
+class _Conn:
+    """One ``sqlite3`` connection and the one thread that uses it. ``call`` runs a function
+    there (one thread hop); the aiosqlite-shaped methods are for one-off statements."""
+
+    def __init__(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        self._executor = executor
+        self.conn = conn
+        self.tx = _Tx(conn)
+
+    @classmethod
+    async def open(cls, path: str, name: str) -> _Conn:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tether-sqlite-{name}")
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await loop.run_in_executor(executor, _open_connection, path)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(executor, conn)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def transaction(self, fn: Callable[[_Tx], Coroutine[Any, Any, T]]) -> T:
+        """Run ``fn(tx)`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on the connection's thread, all
+        of it in one hop; any error rolls back."""
+        return await self.call(self._transaction, fn)
+
+    def _transaction(self, fn: Callable[[_Tx], Coroutine[Any, Any, T]]) -> T:
+        conn = self.conn
+        if conn.in_transaction:  # a ROLLBACK that failed earlier: never build on a leftover
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = _run_inline(fn(self.tx))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # the first error is the one to report
+                    conn.execute("ROLLBACK")
+            raise
+        return result
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        return await self.call(_run_inline_fn, self.tx.execute, sql, params)
+
+    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return await self.call(_fetchall, self.conn, sql, params)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    async def close(self) -> None:
+        """Close the connection on its thread (after whatever is queued there), then let the
+        thread end. Shielded: a cancelled close must not leave the connection open."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.call(self.conn.close)
+            finally:
+                self._executor.shutdown(wait=False)
+
+
+def _open_connection(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
+def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    return conn.execute(sql, params).fetchall()
+
+
+def _run_inline_fn(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    return _run_inline(fn(*args))
+
+
 class SqliteStore:
     """A store in one SQLite file. See the module docstring for how it is used."""
 
@@ -172,9 +360,8 @@ class SqliteStore:
             raise StoreOpenError(f"durability must be 'full' or 'normal', not {durability!r}")
         self.path = str(path)
         self.durability = durability
-        self._writer: aiosqlite.Connection | None = None
-        self._reader: aiosqlite.Connection | None = None
-        self._write_lock = anyio.Lock()
+        self._writer: _Conn | None = None
+        self._reader: _Conn | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -182,9 +369,11 @@ class SqliteStore:
         if self.path != ":memory:":
             await anyio.to_thread.run_sync(self._check_path)
         try:
-            self._writer = await self._connect()
-            await self._ensure_schema(self._writer)
-            self._reader = self._writer if self.path == ":memory:" else await self._connect()
+            self._writer = await self._connect("writer")
+            await self._writer.call(_run_inline_fn, self._ensure_schema, self._writer.tx)
+            self._reader = (
+                self._writer if self.path == ":memory:" else await self._connect("reader")
+            )
         except sqlite3.DatabaseError as exc:
             await self.close()
             raise StoreOpenError(f"cannot open store {self.path!r}: {exc}") from exc
@@ -207,8 +396,8 @@ class SqliteStore:
                 f"cannot create store {self.path!r}: folder {folder} is not writable"
             )
 
-    async def _connect(self) -> aiosqlite.Connection:
-        db = await aiosqlite.connect(self.path, isolation_level=None)
+    async def _connect(self, name: str) -> _Conn:
+        db = await _Conn.open(self.path, name)
         try:
             await db.execute("PRAGMA busy_timeout = 30000")
             if self.path != ":memory:":
@@ -217,14 +406,13 @@ class SqliteStore:
                     raise StoreOpenError(f"cannot switch {self.path!r} to WAL mode")
             await db.execute(f"PRAGMA synchronous = {self.durability.upper()}")
         except BaseException:
-            # Not in self._writer/_reader yet, so close() would miss it, and its worker thread
-            # (not a daemon) would keep the process from exiting.
-            with anyio.CancelScope(shield=True):
-                await db.close()
+            # Not in self._writer/_reader yet, so close() would miss it.
+            await db.close()
             raise
         return db
 
-    async def _ensure_schema(self, db: aiosqlite.Connection) -> None:
+    async def _ensure_schema(self, db: _Tx) -> None:
+        """Run on the writer's thread, inline (``_run_inline``): it never waits."""
         await db.execute("BEGIN IMMEDIATE")
         try:
             tables = {
@@ -256,50 +444,41 @@ class SqliteStore:
                     )
             await db.execute("COMMIT")
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                if db.in_transaction:
-                    await db.execute("ROLLBACK")
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
             raise
 
     async def close(self) -> None:
         for db in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
-            with anyio.CancelScope(shield=True):
-                await db.close()
+            await db.close()
         self._reader = self._writer = None
 
-    def _r(self) -> aiosqlite.Connection:
+    def _r(self) -> _Conn:
         if self._reader is None:
             raise StoreError(f"store {self.path!r} is not open")
         return self._reader
 
-    def _w(self) -> aiosqlite.Connection:
+    def _w(self) -> _Conn:
         if self._writer is None:
             raise StoreError(f"store {self.path!r} is not open")
         return self._writer
 
     async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        if self._reader is self._writer:  # ":memory:": reads must not see a half-done batch
-            async with self._write_lock:
-                return list(await self._r().execute_fetchall(sql, params))
-        return list(await self._r().execute_fetchall(sql, params))
+        # On ":memory:" the reader is the writer: its thread runs whole batches, so a read never
+        # sees half of one.
+        return await self._r().execute_fetchall(sql, params)
 
     # -- the batch ----------------------------------------------------------------------------
 
     async def apply(self, batch: Batch) -> BatchResult:
-        async with self._write_lock:
-            db = self._w()
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                result = await self._apply(db, batch)
-                await db.execute("COMMIT")
-            except BaseException as exc:
-                await _rollback(db)
-                if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"batch not applied to {self.path!r}: {exc}") from exc
-                raise
-            return result
+        db = self._w()
+        try:
+            # One thread hop: BEGIN, every write, COMMIT (or ROLLBACK) run on the writer thread.
+            return await db.transaction(lambda tx: self._apply(tx, batch))
+        except sqlite3.Error as exc:
+            raise StoreError(f"batch not applied to {self.path!r}: {exc}") from exc
 
-    async def _apply(self, db: aiosqlite.Connection, b: Batch) -> BatchResult:
+    async def _apply(self, db: _Tx, b: Batch) -> BatchResult:
         result = BatchResult()
 
         # I8: check every fenced write against the current fence, in this transaction.
@@ -307,16 +486,15 @@ class SqliteStore:
         for op in b.fenced():
             fenced.setdefault(op.actor_id, set()).add(op.fence)
         if fenced:
-            current: dict[str, int] = {}
-            for chunk in _chunks(list(fenced)):
-                marks = ",".join("?" * len(chunk))
-                rows = await db.execute_fetchall(
-                    f"SELECT actor_id, fence FROM actors WHERE actor_id IN ({marks})", chunk
-                )
-                current.update((actor_id, fence) for actor_id, fence in rows)
-            for actor_id, fences in fenced.items():
-                if any(f != current.get(actor_id) for f in fences):
-                    result.stale.add(actor_id)
+            # Only the stale pairs come back: usually none, so one step per statement.
+            for (actor_id,) in await db.execute_rows(
+                "SELECT v.column1 FROM (VALUES ",
+                "(?, ?)",
+                [(a, f) for a, fences in fenced.items() for f in fences],
+                ") AS v LEFT JOIN actors ON actors.actor_id = v.column1 "
+                "WHERE actors.fence IS NOT v.column2",
+            ):
+                result.stale.add(actor_id)
         stale = result.stale
 
         if b.spawns:
@@ -380,27 +558,50 @@ class SqliteStore:
                     "INSERT OR IGNORE INTO dedup (actor_id, dedup_key, msg_id, created_at) VALUES (?, ?, ?, ?)",
                     [(m.actor_id, m.dedup_key, m.msg_id, m.created_at) for m in keyed],
                 )
-            await db.executemany(
-                "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts) "
-                "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
-                "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
-                [
-                    (
-                        m.msg_id,
-                        m.actor_id,
-                        m.type,
-                        m.payload,
-                        m.deliver_at,
-                        int(m.wants_reply),
-                        m.created_at,
-                        m.attempts,
-                        m.actor_id,
-                        m.dedup_key,
-                        m.msg_id,
+            # In batch order (it is mailbox order): runs of messages without a dedup key in
+            # multi-row inserts, keyed ones each checked against the dedup table.
+            for has_key, run in itertools.groupby(messages, lambda m: m.dedup_key is not None):
+                if not has_key:
+                    await db.execute_rows(
+                        "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, "
+                        "wants_reply, created_at, attempts) VALUES ",
+                        "(?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            (
+                                m.msg_id,
+                                m.actor_id,
+                                m.type,
+                                m.payload,
+                                m.deliver_at,
+                                int(m.wants_reply),
+                                m.created_at,
+                                m.attempts,
+                            )
+                            for m in run
+                        ],
                     )
-                    for m in messages
-                ],
-            )
+                    continue
+                await db.executemany(
+                    "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts) "
+                    "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
+                    "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
+                    [
+                        (
+                            m.msg_id,
+                            m.actor_id,
+                            m.type,
+                            m.payload,
+                            m.deliver_at,
+                            int(m.wants_reply),
+                            m.created_at,
+                            m.attempts,
+                            m.actor_id,
+                            m.dedup_key,
+                            m.msg_id,
+                        )
+                        for m in run
+                    ],
+                )
             if keyed:
                 ours = {(m.actor_id, m.dedup_key): m.msg_id for m in keyed}
                 pairs = list(ours)
@@ -421,8 +622,8 @@ class SqliteStore:
         if steps:
             journal = [(s.actor_id, e.seq, e.payload) for s in steps for e in s.events]
             if journal:
-                await db.executemany(
-                    "INSERT INTO journal (actor_id, seq, payload) VALUES (?, ?, ?)", journal
+                await db.execute_rows(
+                    "INSERT INTO journal (actor_id, seq, payload) VALUES ", "(?, ?, ?)", journal
                 )
             snaps = [
                 (s.actor_id, s.snapshot.seq, s.snapshot.state)
@@ -436,18 +637,27 @@ class SqliteStore:
                 )
             replies = [(s.msg_id, s.actor_id, s.reply) for s in steps if s.reply is not None]
             if replies:
-                await db.executemany(
+                await db.execute_rows(
                     "INSERT OR REPLACE INTO replies (msg_id, actor_id, ok, payload, created_at) "
-                    "SELECT ?, ?, 1, ?, created_at FROM mailbox WHERE msg_id = ?",
-                    [(m, a, p, m) for m, a, p in replies],
+                    "SELECT v.column1, v.column2, 1, v.column3, mailbox.created_at FROM (VALUES ",
+                    "(?, ?, ?)",
+                    replies,
+                    ") AS v JOIN mailbox ON mailbox.msg_id = v.column1",
                 )
-            await db.executemany(
-                "DELETE FROM mailbox WHERE msg_id = ?", [(s.msg_id,) for s in steps]
+            await db.execute_rows(
+                "DELETE FROM mailbox WHERE msg_id IN (", "?", [(s.msg_id,) for s in steps], ")"
             )
 
         claims = [c.msg_id for c in b.claims if c.actor_id not in stale]
         claims.extend(s.claim_next for s in steps if s.claim_next is not None)
-        if claims:
+        if claims and len(set(claims)) == len(claims):
+            await db.execute_rows(
+                "UPDATE mailbox SET attempts = attempts + 1 WHERE msg_id IN (",
+                "?",
+                [(m,) for m in claims],
+                ")",
+            )
+        elif claims:  # one message counted twice in a batch: once per claim
             await db.executemany(
                 "UPDATE mailbox SET attempts = attempts + 1 WHERE msg_id = ?",
                 [(m,) for m in claims],
@@ -516,9 +726,7 @@ class SqliteStore:
             )
         return result
 
-    async def _dead_letter(
-        self, db: aiosqlite.Connection, rows: list[tuple[str, str, float]]
-    ) -> None:
+    async def _dead_letter(self, db: _Tx, rows: list[tuple[str, str, float]]) -> None:
         """Move mailbox rows to dead letters, answering any waiting ask with its error history
         (the errors recorded on the message, then the reason)."""
         asked: dict[str, list[str]] = {}
@@ -542,7 +750,7 @@ class SqliteStore:
         )
         await db.executemany("DELETE FROM mailbox WHERE msg_id = ?", [(m,) for m, _, _ in rows])
 
-    async def _actors_in(self, db: aiosqlite.Connection, ids: list[str]) -> list[ActorRecord]:
+    async def _actors_in(self, db: _Tx, ids: list[str]) -> list[ActorRecord]:
         out: list[ActorRecord] = []
         for chunk in _chunks(ids):
             marks = ",".join("?" * len(chunk))
@@ -586,7 +794,8 @@ class SqliteStore:
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
         rows = await self._read(
             "SELECT seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks "
-            "FROM mailbox WHERE actor_id = ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
+            "FROM mailbox WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at) "
+            "ORDER BY seq LIMIT ?",
             (actor_id, now, limit),
         )
         return [
@@ -609,7 +818,8 @@ class SqliteStore:
         self, after_seq: int, now: float, limit: int
     ) -> list[tuple[int, str, str]]:
         rows = await self._read(
-            "SELECT seq, actor_id, msg_id FROM mailbox WHERE seq > ? AND deliver_at <= ? ORDER BY seq LIMIT ?",
+            "SELECT seq, actor_id, msg_id FROM mailbox WHERE seq > ? "
+            "AND (deliver_at <= ? OR deliver_at = created_at) ORDER BY seq LIMIT ?",
             (after_seq, now, limit),
         )
         return [(s, a, m) for s, a, m in rows]
@@ -617,7 +827,7 @@ class SqliteStore:
     async def orphaned(self, now: float, limit: int) -> list[str]:
         rows = await self._read(
             "SELECT DISTINCT m.actor_id FROM mailbox m JOIN actors a ON a.actor_id = m.actor_id "
-            "WHERE m.deliver_at <= ? AND (a.lease_owner IS NULL OR a.lease_expires < ? "
+            "WHERE (m.deliver_at <= ? OR m.deliver_at = m.created_at) AND (a.lease_owner IS NULL OR a.lease_expires < ? "
             "OR a.lease_owner NOT IN (SELECT runtime_id FROM runtimes)) LIMIT ?",
             (now, now, limit),
         )
@@ -625,7 +835,8 @@ class SqliteStore:
 
     async def due_between(self, after: float, upto: float) -> list[str]:
         rows = await self._read(
-            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ?",
+            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ? "
+            "AND deliver_at > created_at",
             (after, upto),
         )
         return [r[0] for r in rows]
@@ -672,19 +883,14 @@ class SqliteStore:
     # -- small writes outside the group committer ---------------------------------------------
 
     async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
-        async with self._write_lock:
-            db = self._w()
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                counts = []
-                for sql, params in sql_params:
-                    cur = await db.execute(sql, params)
-                    counts.append(cur.rowcount)
-                await db.execute("COMMIT")
-            except BaseException:
-                await _rollback(db)
-                raise
+        async def statements(db: _Tx) -> list[int]:
+            counts = []
+            for sql, params in sql_params:
+                cur = await db.execute(sql, params)
+                counts.append(cur.rowcount)
             return counts
+
+        return await self._w().transaction(statements)
 
     async def renew_leases(self, owner: str, expires: float) -> None:
         await self._write(
@@ -773,38 +979,23 @@ class SqliteStore:
     async def resolve_effect(
         self, key: str, record: EffectRecord, now: float
     ) -> EffectRecord | None:
-        async with self._write_lock:
-            db = self._w()
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                rows = list(
-                    await db.execute_fetchall(
-                        "SELECT msg_id FROM effects WHERE key = ? AND status = 'quarantined'",
-                        (key,),
-                    )
-                )
-                if not rows:
-                    await db.execute("ROLLBACK")
-                    return None
-                await db.execute(_UPSERT_EFFECT, _effect_row(record))
-                await _unpark(db, rows[0][0], now)
-                await db.execute("COMMIT")
-            except BaseException:
-                await _rollback(db)
-                raise
+        async def resolve(db: _Tx) -> EffectRecord | None:
+            rows = await db.execute_fetchall(
+                "SELECT msg_id FROM effects WHERE key = ? AND status = 'quarantined'", (key,)
+            )
+            if not rows:
+                return None
+            await db.execute(_UPSERT_EFFECT, _effect_row(record))
+            await _unpark(db, rows[0][0], now)
             return record
 
+        return await self._w().transaction(resolve)
+
     async def unpark(self, msg_id: str, now: float) -> bool:
-        async with self._write_lock:
-            db = self._w()
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                moved = await _unpark(db, msg_id, now)
-                await db.execute("COMMIT")
-            except BaseException:
-                await _rollback(db)
-                raise
-            return moved
+        async def move(db: _Tx) -> bool:
+            return await _unpark(db, msg_id, now)
+
+        return await self._w().transaction(move)
 
     async def find_approvals(
         self,
@@ -829,29 +1020,24 @@ class SqliteStore:
         return [_approval(rid, blob) for rid, blob in rows]
 
     async def update_approval(self, record: ApprovalRecord, expected_version: int) -> bool:
-        async with self._write_lock:
-            db = self._w()
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                cur = await db.execute(
-                    "UPDATE approvals SET status = ?, version = ?, record = ? "
-                    "WHERE request_id = ? AND version = ?",
-                    (
-                        record.status,
-                        record.version,
-                        _encode(record),
-                        record.request_id,
-                        expected_version,
-                    ),
-                )
-                swapped = cur.rowcount == 1
-                if swapped and record.status != "pending":
-                    await _unpark(db, record.msg_id, record.decided_at or 0.0)
-                await db.execute("COMMIT")
-            except BaseException:
-                await _rollback(db)
-                raise
+        async def swap(db: _Tx) -> bool:
+            cur = await db.execute(
+                "UPDATE approvals SET status = ?, version = ?, record = ? "
+                "WHERE request_id = ? AND version = ?",
+                (
+                    record.status,
+                    record.version,
+                    _encode(record),
+                    record.request_id,
+                    expected_version,
+                ),
+            )
+            swapped = cur.rowcount == 1
+            if swapped and record.status != "pending":
+                await _unpark(db, record.msg_id, record.decided_at or 0.0)
             return swapped
+
+        return await self._w().transaction(swap)
 
     async def purge_receipts(self, before: float) -> int:
         counts = await self._write(
@@ -933,7 +1119,7 @@ def _approval(request_id: str, blob: bytes) -> ApprovalRecord:
         ) from exc
 
 
-async def _unpark(db: aiosqlite.Connection, msg_id: str, now: float) -> bool:
+async def _unpark(db: _Tx, msg_id: str, now: float) -> bool:
     """Re-store a parked message at the end of the mailbox, due now: a new seq, so that every
     runtime's watermark scan sees it, whoever parked it."""
     # The new seq is above every seq ever assigned (AUTOINCREMENT's high-water mark in
@@ -953,17 +1139,6 @@ async def _unpark(db: aiosqlite.Connection, msg_id: str, now: float) -> bool:
 
 
 _ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
-
-
-async def _rollback(db: aiosqlite.Connection) -> None:
-    """Roll back whatever is open, even if the BEGIN itself is still queued on the connection's
-    thread (a cancellation can arrive between the two): aiosqlite runs calls in order."""
-    with anyio.CancelScope(shield=True):
-        try:
-            await db.execute("ROLLBACK")
-        except sqlite3.OperationalError as exc:
-            if "no transaction is active" not in str(exc):
-                raise
 
 
 def _actor(row: Sequence[Any]) -> ActorRecord:

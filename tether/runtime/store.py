@@ -338,7 +338,11 @@ class Store(Protocol):
     async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]: ...
 
     async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
-        """Due messages of one actor, in mailbox order."""
+        """Due messages of one actor, in mailbox order.
+
+        "Due" here and in ``new_messages`` and ``orphaned``: ``deliver_at <= now``, or sent
+        without a delay (``deliver_at == created_at``): such a message is due at once even if
+        the reader's clock is a little behind the sender's."""
         ...
 
     async def new_messages(
@@ -352,7 +356,8 @@ class Store(Protocol):
         ...
 
     async def due_between(self, after: float, upto: float) -> list[str]:
-        """Ids of actors with a delayed message whose ``deliver_at`` is in ``(after, upto]``."""
+        """Ids of actors with a delayed message (``deliver_at > created_at``) whose ``deliver_at``
+        is in ``(after, upto]``. Messages sent without a delay are found by ``new_messages``."""
         ...
 
     async def get_replies(self, msg_ids: list[str]) -> list[Reply]: ...
