@@ -28,8 +28,9 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import tether  # noqa: E402
-from run import Bench, Scenario, fmt, rm_scratch, scratch_dir  # noqa: E402
+from run import Bench, Scenario, fmt, rm_scratch, scratch_dir
+
+import tether
 
 Sample = dict[str, tuple[int, float]]
 ASK_TIMEOUT = 120.0

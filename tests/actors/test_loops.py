@@ -277,7 +277,7 @@ def test_reset_response_clears_the_history() -> None:
     agent.call("search", q="x")
     assert agent.detections[-1].response == "reset"
     assert [type(e) for e in agent.journal[-3:]] == [LoopCallObserved, LoopFlagged, LoopReset]
-    assert agent.detector.state == LoopState()
+    assert agent.detector.state == LoopState(reset_at=agent.journal[-1].at)
     assert agent.call("search", q="x") is None
 
 
@@ -298,7 +298,7 @@ def test_reset_clears_history_and_ladder() -> None:
     assert detector.reset(now=T0, reason="human said go on") == [
         LoopReset(at=T0, reason="human said go on")
     ]
-    assert detector.state == LoopState()
+    assert detector.state == LoopState(reset_at=T0)
 
 
 # -- no false positives ------------------------------------------------------------------------

@@ -270,10 +270,16 @@ class Approvals:
         if self._rt.is_open:
             self._rt.start_soon(self._offer_pending)
 
-    async def pending(self, session_id: str | None = None) -> list[ApprovalRequest]:
-        """Every request waiting for a decision (of one session, if given), oldest first."""
+    async def pending(
+        self, session_id: str | None = None, *, include_expired: bool = False
+    ) -> list[ApprovalRequest]:
+        """Every request waiting for a decision (of one session, if given), oldest first.
+
+        A request whose deadline has passed takes no decision any more; its default outcome
+        applies when its session next runs. It is left out unless ``include_expired``."""
         rows = await self._rt.store.find_approvals(status="pending", actor_id=session_id)
-        return [view(r) for r in rows]
+        now = self._rt.clock()
+        return [view(r) for r in rows if include_expired or r.deadline > now]
 
     async def get(self, request_id: str) -> ApprovalRequest:
         return view(await self._load(request_id))

@@ -168,6 +168,7 @@ class Cell:
         # receipts that ride with the next commit of this actor (see effects._receipt)
         self.deferred: list[EffectWrite | Staged] = []
         self.unsubmitted = 0  # staged guard appends not yet submitted (see stage_events)
+        self.loop_watch: Any = None  # this actor's loop guard, once found (tether.runtime.guards)
         self.known: set[str] = set()  # msg ids in the buffer or being processed
         # msg ids whose next attempt is already counted in the store: the runtime's, so that
         # a new instance after a restart does not count it again
@@ -252,7 +253,7 @@ class Cell:
         done.set_result(None)
         return done
 
-    def stage_events(self, events: Sequence[Event]) -> Staged | None:
+    def stage_events(self, events: Sequence[Event], *, applied: bool = False) -> Staged | None:
         """Apply ``events`` to the state now; their journal append is submitted later, with
         the write of whoever decided them (``Staged.submit``), so both land in one group
         commit. For guards, whose decisions are made on other actors' effect paths rather
@@ -265,10 +266,22 @@ class Cell:
         if not events:
             return None
         assert self.instance is not None
-        for event in events:
-            self._state = self.instance.apply(self._state, event)
+        if not applied:
+            for event in events:
+                self._state = self.instance.apply(self._state, event)
         self.unsubmitted += 1
         return Staged(self, list(events))
+
+    def replace_state(self, state: Any) -> None:
+        """A guard whose decision already folded its events: take the folded state."""
+        self._state = state
+
+    def apply_in_memory(self, events: Sequence[Event]) -> None:
+        """Apply events that are never journaled because the state can be rebuilt from
+        elsewhere on start (a loop guard's observations: the session's effects ledger)."""
+        assert self.instance is not None
+        for event in events:
+            self._state = self.instance.apply(self._state, event)
 
     def submit_staged(self, staged: Staged) -> asyncio.Future[Any]:
         rows = [

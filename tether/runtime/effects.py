@@ -51,6 +51,11 @@ if TYPE_CHECKING:
     from tether.runtime.store import StoredMessage
 
 
+def result_hash(blob: bytes) -> str:
+    """What the loop guard compares of a result: a hash of its recorded (msgpack) form."""
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
 def effect_key(actor_id: str, msg_id: str, idx: int, tool: str, input_hash: str) -> str:
     """The idempotency key of one effect (I5): stable across every replay of the step."""
     raw = "\x1f".join((actor_id, msg_id, str(idx), tool, input_hash)).encode()
@@ -119,6 +124,8 @@ class _Effect:
         self.attempt = 0
         self.breaker: BreakerGuard | None = None
         self.loops: LoopWatch | None = None
+        # what the loop guard compares: the requested input's canonical hash (I5's, shortened)
+        self.args_hash = input_hash[:16]
         self.pending: list[Staged] = []  # guard journal appends to commit with our next write
         self._log: Any = None
 
@@ -334,8 +341,8 @@ class _Effect:
             return
         now = self.cell.runtime.clock()
         slot = f"{self.m.msg_id}#{self.idx}"
-        detection, events = loops.call(self.tool.name, self._requested(), now, slot)
-        self._journal(loops.journal(events))
+        detection, staged = loops.call(self.tool.name, self.args_hash, now, slot)
+        self._journal(staged)
         if detection is None:
             detection = loops.take_pending()
         if detection is None:
@@ -352,6 +359,18 @@ class _Effect:
             return
         await self._flush()
         raise LoopDetected(self.tool.name, detection.pattern, detection.response, detection.detail)
+
+    def _observe_result(self, blob: bytes | None) -> None:
+        """Tell the loop guard what the call returned (its recorded form), for no-progress."""
+        if self.loops is None or blob is None:
+            return
+        now = self.cell.runtime.clock()
+        detection, staged = self.loops.result(
+            self.tool.name, self.args_hash, result_hash(blob), now
+        )
+        self._journal(staged)
+        if detection is not None:
+            self.loops.hold(detection)  # told before the session's next call
 
     def _requested(self) -> dict[str, Any]:
         return msgspec.msgpack.decode(self.args_blob, type=dict[str, Any])
@@ -458,12 +477,6 @@ class _Effect:
                 )
                 raise ToolFailed(tool.name, self.key, error, rec.attempts) from exc
             self._outcome(token, None, started)
-            if self.loops is not None:
-                now = self.cell.runtime.clock()
-                detection, events = self.loops.result(tool.name, self._requested(), value, now)
-                self._journal(self.loops.journal(events))
-                if detection is not None:
-                    self.loops.hold(detection)  # told before the session's next call
             return await self._receipt(rec, value)
 
     async def _invoke(self) -> Any:
@@ -484,12 +497,14 @@ class _Effect:
             result = self.tool.decode_result(blob)
         except (TypeError, msgspec.EncodeError, msgspec.DecodeError) as exc:
             error = f"result {value!r} cannot be recorded as {self.tool.result_type!r}: {exc}"
+            self._observe_result(None)
             await self._write(
                 msgspec.structs.replace(
                     rec, status="failed", error=error, history=history, updated_at=now
                 )
             )
             raise ToolFailed(self.tool.name, self.key, error, rec.attempts) from None
+        self._observe_result(blob)
         done = msgspec.structs.replace(
             rec, status="done", result=blob, history=history, updated_at=now
         )

@@ -27,7 +27,12 @@ from tether.actors.guards.actors import (
     loops_id,
 )
 from tether.actors.guards.breaker import Admission, BreakerCore, BreakerPolicy, CallToken
-from tether.actors.guards.loops import Detection, LoopDetector, LoopPolicy, canonical_hash
+from tether.actors.guards.loops import (
+    Detection,
+    LoopCallObserved,
+    LoopPolicy,
+    LoopResultObserved,
+)
 from tether.actors.tool import Tool, classify
 from tether.errors import ActorNotFound, ConfigError
 from tether.runtime import telemetry
@@ -94,7 +99,12 @@ def _transition(tool: str, event: Any) -> None:
 
 
 class LoopWatch:
-    """One session's loop detector as the effect path sees it."""
+    """One session's loop detector as the effect path sees it.
+
+    Only detections and resets are journaled. The calls and results it watches are already in
+    the session's effects ledger, so the detector rebuilds its recent history from there when
+    it starts (``LoopGuard.on_start``): no extra row per call.
+    """
 
     def __init__(self, cell: Cell) -> None:
         self.cell = cell
@@ -109,33 +119,36 @@ class LoopWatch:
         held, self.cell.instance.held = self.cell.instance.held, None
         return held
 
-    def _detector(self) -> LoopDetector:
-        assert isinstance(self.cell.instance, LoopGuard)
-        return self.cell.instance.detector()
+    def _guard(self) -> LoopGuard:
+        guard = self.cell.instance
+        assert isinstance(guard, LoopGuard)
+        return guard
 
     def call(
-        self, tool: str, args: dict[str, Any], now: float, slot: str
-    ) -> tuple[Detection | None, list[Any]]:
-        return self._detector().observe_call(tool, canonical_hash(args), now=now, slot=slot)
+        self, tool: str, args_hash: str, now: float, slot: str
+    ) -> tuple[Detection | None, Staged | None]:
+        """Observe a call about to be made at ``slot`` (a replay of a slot is not a new call)."""
+        guard = self._guard()
+        if slot in guard.seen_slots:
+            return None, None
+        guard.remember(slot)
+        detector = guard.detector()
+        detection, events = detector.observe_call(tool, args_hash, now=now)
+        return detection, self._settle(detector.state, events)
 
     def result(
-        self, tool: str, args: dict[str, Any], result: Any, now: float
-    ) -> tuple[Detection | None, list[Any]]:
-        return self._detector().observe_result(
-            tool, canonical_hash(args), canonical_hash(_hashable(result)), now=now
-        )
+        self, tool: str, args_hash: str, result_hash: str, now: float
+    ) -> tuple[Detection | None, Staged | None]:
+        detector = self._guard().detector()
+        detection, events = detector.observe_result(tool, args_hash, result_hash, now=now)
+        return detection, self._settle(detector.state, events)
 
-    def journal(self, events: list[Any]) -> Staged | None:
-        return self.cell.stage_events(events)
-
-
-def _hashable(value: Any) -> Any:
-    import msgspec
-
-    try:
-        return msgspec.to_builtins(value)
-    except TypeError:
-        return repr(value)
+    def _settle(self, state: Any, events: list[Any]) -> Staged | None:
+        """The detector already folded ``events`` into ``state``: keep it; journal only the
+        detections and resets (the observations are in the effects ledger)."""
+        self.cell.replace_state(state)
+        kept = [e for e in events if not isinstance(e, LoopCallObserved | LoopResultObserved)]
+        return self.cell.stage_events(kept, applied=True)
 
 
 class Guards:
@@ -185,6 +198,9 @@ class Guards:
 
     async def loops(self, actor: Cell) -> LoopWatch | None:
         """The loop detector of the actor behind ``actor`` (None without a loop policy)."""
+        cached: LoopWatch | None = actor.loop_watch
+        if cached is not None and self._rt.cells.get(cached.cell.actor_id) is cached.cell:
+            return cached  # the common case: the guard is alive here
         policy = getattr(actor.instance, "loop_policy", None)
         if policy is None:
             return None
@@ -199,7 +215,8 @@ class Guards:
             return None
         assert isinstance(cell.instance, LoopGuard)
         cell.instance.policy = policy
-        return LoopWatch(cell)
+        watch = actor.loop_watch = LoopWatch(cell)
+        return watch
 
     async def _cell(
         self, actor_id: str, cls: type[Any], init: dict[str, Any], *, supervised: bool = True

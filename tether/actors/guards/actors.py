@@ -30,7 +30,15 @@ from tether.actors.guards.breaker import (
     BreakerPolicy,
     BreakerState,
 )
-from tether.actors.guards.loops import Detection, LoopDetector, LoopEvent, LoopPolicy, LoopState
+from tether.actors.guards.loops import (
+    Detection,
+    LoopCallObserved,
+    LoopDetector,
+    LoopEvent,
+    LoopPolicy,
+    LoopResultObserved,
+    LoopState,
+)
 from tether.actors.messages import Message
 from tether.supervisor.spec import OneForOne
 from tether.supervisor.supervisor import Supervisor
@@ -126,9 +134,44 @@ class LoopGuard(Actor[LoopState]):
         # A no-progress detection made on a result, to be told before the next call. In
         # memory only: if it is lost in a crash, the next repeat detects it again.
         self.held: Detection | None = None
+        # Where the recent calls were made (message id # effect index): a replayed step asks
+        # again at the same place, and that is not a new call. Rebuilt from the ledger.
+        self.seen_slots: dict[str, None] = {}
+
+    def remember(self, slot: str) -> None:
+        self.seen_slots[slot] = None
+        if len(self.seen_slots) > 4 * self.policy.history:  # bounded: drop the oldest half
+            for old in list(self.seen_slots)[: len(self.seen_slots) // 2]:
+                del self.seen_slots[old]
 
     def detector(self) -> LoopDetector:
         return LoopDetector(self.policy, self.state)
+
+    async def on_start(self) -> None:
+        """Rebuild the recent calls from the session's effects ledger (they are not
+        journaled here: the ledger has them), after the last reset."""
+        import hashlib
+
+        cell = self._tether_cell
+        rows = await cell.runtime.store.find_effects(actor_id=self.session_id)
+        rows = [r for r in rows if r.created_at > self.state.reset_at]
+        rows.sort(key=lambda r: (r.created_at, r.msg_id, r.idx))
+        events: list[LoopEvent] = []
+        for r in rows[-self.policy.history :]:
+            # The same hashes the effect path gives the detector (tether.runtime.effects).
+            args_hash = r.input_hash[:16]
+            self.remember(f"{r.msg_id}#{r.idx}")
+            events.append(LoopCallObserved(at=r.created_at, tool=r.tool, args_hash=args_hash))
+            if r.status == "done" and r.result is not None:
+                events.append(
+                    LoopResultObserved(
+                        at=r.updated_at,
+                        tool=r.tool,
+                        args_hash=args_hash,
+                        result_hash=hashlib.sha256(r.result).hexdigest()[:16],
+                    )
+                )
+        cell.apply_in_memory(events)
 
     def apply(self, state: LoopState, event: LoopEvent) -> LoopState:
         return LoopDetector(self.policy, state).apply(state, event)

@@ -95,7 +95,7 @@ class LoopPolicy(msgspec.Struct, frozen=True, kw_only=True):
     max_feedback: int | None = 3
     after_feedback: Response = "escalate"
     exempt_tools: frozenset[str] = frozenset()
-    history: int = 50
+    history: int = 24  # covers window_size and cycle_period * cycle_repeats; small: per-call cost
 
     def __post_init__(self) -> None:
         for name in ("repeat", "cycle_period", "window", "no_progress"):
@@ -168,11 +168,13 @@ class LoopState(msgspec.Struct, frozen=True, kw_only=True):
         history: the last ``policy.history`` calls, oldest first.
         calls: calls observed since the last reset (numbers the calls for the ladder).
         feedbacks: the call numbers at which a ``feedback`` was answered, within ``history``.
+        reset_at: when the history was last cleared (calls before it never count again).
     """
 
     history: tuple[LoopCall, ...] = ()
     calls: int = 0
     feedbacks: tuple[int, ...] = ()
+    reset_at: float = 0.0
 
 
 class LoopCallObserved(Event):
@@ -269,6 +271,7 @@ class LoopDetector:
                 history=(*state.history, call)[-keep:],
                 calls=calls,
                 feedbacks=tuple(n for n in state.feedbacks if n > calls - keep),
+                reset_at=state.reset_at,
             )
         if isinstance(event, LoopResultObserved):
             for i, call in enumerate(state.history):
@@ -286,7 +289,7 @@ class LoopDetector:
                 return state
             return msgspec.structs.replace(state, feedbacks=(*state.feedbacks, state.calls))
         if isinstance(event, LoopReset):
-            return LoopState()
+            return LoopState(reset_at=event.at)
         assert_never(event)
 
     # -- decisions -----------------------------------------------------------------------------
@@ -396,6 +399,12 @@ class LoopDetector:
         return None
 
     def _check_cycle(self, seq: tuple[LoopCall, ...], longest: int, repeats: int) -> _Found | None:
+        last = seq[-1]
+        # A cycle ending here repeats the last call within the last `longest` calls before it.
+        if not any(
+            c.args_hash == last.args_hash and c.tool == last.tool for c in seq[-longest - 1 : -1]
+        ):
+            return None
         sigs = [(c.tool, c.args_hash) for c in seq]
         for period in range(2, longest + 1):
             span = period * repeats
