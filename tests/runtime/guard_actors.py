@@ -101,3 +101,9 @@ class Researcher(tether.Actor[Notes]):
 
 class EscalatingResearcher(Researcher):
     loop_policy = tether.LoopPolicy(repeat=3, on_repeat="escalate")
+
+
+class WaryCaller(Caller):
+    """After 2 failures of a tool in a row, its next call waits for a person."""
+
+    escalate_after_failures = 2

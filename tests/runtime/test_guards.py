@@ -161,3 +161,26 @@ async def test_a_loop_policy_can_escalate_the_call_to_a_person(tmp_path: Path) -
             while len(ga.CALLS) < 3:
                 await anyio.sleep(0.01)
     assert ga.CALLS[-1] == ("search", "same")
+
+
+async def test_repeated_failures_of_a_tool_hold_its_next_call_for_a_person(tmp_path: Path) -> None:
+    from tests.runtime.guard_actors import WaryCaller
+
+    async with runtime(tmp_path) as rt:
+        c = await rt.spawn(WaryCaller, "c1")
+        for i in range(2):
+            assert (await c.ask(Call(n=i), timeout=5)).startswith("failed")
+        await c.tell(Call(n=2))
+        with anyio.fail_after(5):
+            while not (pending := await rt.approvals.pending()):
+                await anyio.sleep(0.01)
+        [request] = pending
+        assert request.reason == "tool flaky failed 2 times in a row in this session"
+        assert [n for _, n in ga.CALLS] == [0, 1]
+        ga.FAILING["flaky"] = False
+        await rt.approvals.decide(request.request_id, tether.Approve(by="ops"))
+        with anyio.fail_after(5):
+            while ("flaky", 2) not in ga.CALLS:
+                await anyio.sleep(0.01)
+        # A success ends the run of failures: the next call goes straight through.
+        assert await c.ask(Call(n=3), timeout=5) == "ok 3"

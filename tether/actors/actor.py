@@ -72,6 +72,9 @@ class Actor(Generic[S]):
     initial_state: ClassVar[Any]
     #: Whether an idle instance may leave memory (supervisors stay resident).
     passivates: ClassVar[bool] = True
+    #: Hold a tool's next call for a person after it failed this many times in a row (None:
+    #: never). Agent sessions set it; see ``tether.ApprovalPolicy`` for the deadline.
+    escalate_after_failures: ClassVar[int | None] = None
     _tether_cell: ActorCell
 
     def apply(self, state: S, event: Any) -> S:

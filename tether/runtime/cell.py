@@ -169,6 +169,9 @@ class Cell:
         self.deferred: list[EffectWrite | Staged] = []
         self.unsubmitted = 0  # staged guard appends not yet submitted (see stage_events)
         self.loop_watch: Any = None  # this actor's loop guard, once found (tether.runtime.guards)
+        # tool name -> calls that failed in a row here (in memory: the gate's "repeated
+        # failures" trigger; a restart starts the count again)
+        self.tool_failures: dict[str, int] = {}
         self.known: set[str] = set()  # msg ids in the buffer or being processed
         # msg ids whose next attempt is already counted in the store: the runtime's, so that
         # a new instance after a restart does not count it again

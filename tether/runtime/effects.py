@@ -260,6 +260,10 @@ class _Effect:
         if forced is not None:
             return forced
         instance = self.cell.instance
+        limit = getattr(instance, "escalate_after_failures", None)
+        failed = self.cell.tool_failures.get(self.tool.name, 0)
+        if limit is not None and failed >= limit:
+            return f"tool {self.tool.name} failed {failed} times in a row in this session"
         if instance is not None:
             return instance.escalation_reason(self.tool.name, dict(self.kwargs))
         return None
@@ -348,8 +352,10 @@ class _Effect:
         if detection is None:
             return
         telemetry.loop_detections.add(1, {"pattern": detection.pattern})
-        self.log.warning(
+        telemetry.guard_event(
             "loop_detected",
+            actor_id=self.cell.actor_id,
+            tool=self.tool.name,
             pattern=detection.pattern,
             response=detection.response,
             detail=detection.detail,
@@ -475,6 +481,8 @@ class _Effect:
                         updated_at=self.cell.runtime.clock(),
                     )
                 )
+                failures = self.cell.tool_failures
+                failures[tool.name] = failures.get(tool.name, 0) + 1
                 raise ToolFailed(tool.name, self.key, error, rec.attempts) from exc
             self._outcome(token, None, started)
             return await self._receipt(rec, value)
@@ -505,6 +513,7 @@ class _Effect:
             )
             raise ToolFailed(self.tool.name, self.key, error, rec.attempts) from None
         self._observe_result(blob)
+        self.cell.tool_failures.pop(self.tool.name, None)
         done = msgspec.structs.replace(
             rec, status="done", result=blob, history=history, updated_at=now
         )

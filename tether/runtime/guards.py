@@ -91,11 +91,10 @@ class BreakerGuard:
 def _transition(tool: str, event: Any) -> None:
     name = type(event).__name__
     if name in ("BreakerOpened", "BreakerHalfOpened", "BreakerClosed"):
-        telemetry.breaker_transitions.add(1, {"tool": tool, "to": name.removeprefix("Breaker")})
+        to = name.removeprefix("Breaker")
+        telemetry.breaker_transitions.add(1, {"tool": tool, "to": to})
         fields = {k: getattr(event, k) for k in event.__struct_fields__}
-        telemetry.log.warning(
-            f"breaker_{name.removeprefix('Breaker').lower()}", tool=tool, **fields
-        )
+        telemetry.guard_event(f"breaker_{to.lower()}", tool=tool, **fields)
 
 
 class LoopWatch:

@@ -85,6 +85,15 @@ def tracing_enabled() -> bool:
     return _enabled
 
 
+def guard_event(name: str, level: str = "warning", **fields: object) -> None:
+    """A guard's state change (a breaker trip, a loop detection): a structlog event and, inside
+    a recorded span (the effect's), a span event with the same fields."""
+    getattr(log, level)(name, **fields)
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(f"tether.{name}", {k: str(v) for k, v in fields.items()})
+
+
 def supervision_event(name: str, actor_id: str, **fields: object) -> None:
     """Every restart, stop, escalation and backoff: a structlog event and, inside a recorded
     span, a span event with the same fields."""
