@@ -10,7 +10,15 @@ from tether.actors.guards.loops import LoopPolicy as LoopPolicy
 from tether.actors.messages import Event as Event
 from tether.actors.messages import Message as Message
 from tether.actors.messages import Terminated as Terminated
+from tether.actors.model import FinalAnswer as FinalAnswer
+from tether.actors.model import Model as Model
+from tether.actors.model import ModelRequest as ModelRequest
+from tether.actors.model import ToolCall as ToolCall
 from tether.actors.ref import ActorRef as ActorRef
+from tether.actors.session import AgentSession as AgentSession
+from tether.actors.session import CancelTask as CancelTask
+from tether.actors.session import SessionInfo as SessionInfo
+from tether.actors.session import UserMessage as UserMessage
 from tether.actors.tool import Done as Done
 from tether.actors.tool import NotDone as NotDone
 from tether.actors.tool import RetryPolicy as RetryPolicy
@@ -71,6 +79,15 @@ __all__ = (
     "Event",
     "Message",
     "Terminated",
+    # agent sessions
+    "AgentSession",
+    "UserMessage",
+    "CancelTask",
+    "SessionInfo",
+    "Model",
+    "ModelRequest",
+    "ToolCall",
+    "FinalAnswer",
     # effects
     "tool",
     "Tool",

@@ -46,6 +46,10 @@ class ActorCell(Protocol):
 
     def stop_self(self, reason: str) -> None: ...
 
+    def defer_reply(self) -> str: ...
+
+    def reply_to(self, msg_id: str, value: Any) -> None: ...
+
     def escalate(self, reason: str) -> None: ...
 
     async def watch(self, actor_id: str) -> None: ...
@@ -131,6 +135,19 @@ class Actor(Generic[S]):
     def ref(self, actor_id: str) -> ActorRef:
         """The ref of another actor. ``tell`` through it from a handler joins this step's outbox."""
         return self._tether_cell.ref(actor_id)
+
+    def reply_later(self) -> str:
+        """Do not answer this message's ``ask`` now: a later step will, with ``reply(...)``.
+
+        Returns the id to reply to; keep it in the state (persist it) so that it survives a
+        restart. The asker keeps waiting (until its own timeout; asking again with the same
+        ``dedup_key`` waits for the same answer).
+        """
+        return self._tether_cell.defer_reply()
+
+    def reply(self, msg_id: str, value: Any) -> None:
+        """Answer the ask of an earlier message (see ``reply_later``), with this step's commit."""
+        self._tether_cell.reply_to(msg_id, value)
 
     def stop(self, reason: str = "normal") -> None:
         """Stop this actor once the current step has committed."""

@@ -113,6 +113,7 @@ class Tool:
         reconcile: ReconcileHook | None = None,
         breaker: Any = "external_api",
         description: str | None = None,
+        loop_guard: bool = True,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"@tether.tool needs an async def, not {fn!r}")
@@ -137,6 +138,7 @@ class Tool:
         self.retry = retry if retry is not None else RetryPolicy()
         self.reconcile_hook = reconcile
         self.breaker = breaker
+        self.loop_guard = loop_guard  # False for the model itself: only actions can loop
         self.description = description if description is not None else inspect.getdoc(fn) or ""
         self.takes_key, self.args_type, self.result_type = _schema(fn, where)
         self._result_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(

@@ -48,6 +48,7 @@ from tether.runtime.store import (
     EffectRecord,
     EffectWrite,
     JournalRow,
+    LateReply,
     LeaseRelease,
     NewMessage,
     Park,
@@ -74,12 +75,14 @@ class Step:
         "escalate",
         "escalations",
         "events",
+        "late_replies",
         "ledger",
         "next_effect",
         "outbox",
         "park_approval",
         "park_effect",
         "park_until",
+        "reply_deferred",
         "stop_reason",
         "suspended",
     )
@@ -91,6 +94,8 @@ class Step:
         self.stop_reason: str | None = None
         self.escalate: str | None = None
         self.closed = False
+        self.reply_deferred = False  # this message's ask is answered by a later step
+        self.late_replies: list[tuple[str, Any]] = []  # (msg id of an earlier ask, answer)
         self.next_effect = 0  # the index of the step's next effect (I5)
         # effect index -> why it must wait for a person (set by guards, e.g. a loop)
         self.escalations: dict[int, str] = {}
@@ -353,6 +358,19 @@ class Cell:
             telemetry.stale_commits.add(1)
             self._state_lost()
             raise Deactivate(str(exc)) from exc
+
+    def defer_reply(self) -> str:
+        step = self.step
+        if step is None or step.closed or self.current is None or self.current.local is not None:
+            raise ConfigError(f"{self._actor_id}: reply_later() is only allowed inside handle()")
+        step.reply_deferred = True
+        return self.current.msg_id
+
+    def reply_to(self, msg_id: str, value: Any) -> None:
+        step = self.step
+        if step is None or step.closed:
+            raise ConfigError(f"{self._actor_id}: reply() is only allowed inside handle()")
+        step.late_replies.append((msg_id, value))
 
     def stop_self(self, reason: str) -> None:
         if self.step is None or self.step.closed:
@@ -646,7 +664,15 @@ class Cell:
         failure: Exception | None = None
         try:
             reply = await self.instance.handle(msg)  # type: ignore[union-attr]
-            reply_bytes = rt.encode_reply(self.spec, reply) if m.wants_reply else None
+            reply_bytes = (
+                rt.encode_reply(self.spec, reply)
+                if m.wants_reply and not step.reply_deferred
+                else None
+            )
+            late = [
+                LateReply(msg_id, rt.encode_reply(self.spec, value), rt.clock())
+                for msg_id, value in step.late_replies
+            ]
         except StepSuspended as exc:
             if step.suspended is None:  # raised by hand, not by a wait the runtime knows of
                 failure = ConfigError(f"StepSuspended raised outside a wait: {exc.why}")
@@ -701,6 +727,7 @@ class Cell:
             snapshot=snapshot,
             claim_next=claim_next,
             stop=stop,
+            late_replies=late,
         )
         try:
             result = await self._commit(commit)
@@ -722,7 +749,7 @@ class Cell:
             nxt.attempts += 1
             self.claimed.add(claim_next)
         telemetry.messages_handled.add(1)
-        rt.step_committed(self, m, reply, commit, result)
+        rt.step_committed(self, m, reply, commit, result, step)
         if step.stop_reason is not None:
             self.stop_reason = step.stop_reason
             rt.actor_stopped_itself(self, step.stop_reason)

@@ -340,6 +340,8 @@ class _Effect:
     # -- loop detector and breaker -----------------------------------------------------------
 
     async def _watch_loops(self) -> None:
+        if not self.tool.loop_guard:
+            return
         loops = self.loops = await self.cell.runtime.guards.loops(self.cell)
         if loops is None:
             return

@@ -164,6 +164,8 @@ class MemoryStore:
             row = mailbox.pop(s.msg_id, None)
             if s.reply is not None and row is not None:
                 replies[s.msg_id] = _ReplyRow(Reply(s.msg_id, True, s.reply), row.msg.created_at)
+            for late in s.late_replies:
+                replies[late.msg_id] = _ReplyRow(Reply(late.msg_id, True, late.payload), late.at)
 
         claims = [c.msg_id for c in batch.claims if c.actor_id not in stale]
         claims += [s.claim_next for s in steps if s.claim_next is not None]

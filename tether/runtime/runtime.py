@@ -37,7 +37,7 @@ from tether.errors import (
 )
 from tether.runtime import telemetry
 from tether.runtime.approvals import ApprovalPolicy, Approvals
-from tether.runtime.cell import Cell, current_step
+from tether.runtime.cell import Cell, Step, current_step
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
@@ -550,11 +550,20 @@ class Runtime:
     # -- what cells report --------------------------------------------------------------------
 
     def step_committed(
-        self, cell: Cell, msg: StoredMessage, reply: Any, commit: StepCommit, result: BatchResult
+        self,
+        cell: Cell,
+        msg: StoredMessage,
+        reply: Any,
+        commit: StepCommit,
+        result: BatchResult,
+        step: Step,
     ) -> None:
         self._failures.pop(cell.actor_id, None)
-        if msg.wants_reply and msg.msg_id in self._asks:
+        if msg.wants_reply and msg.msg_id in self._asks and not step.reply_deferred:
             self._resolve(msg.msg_id, reply)
+        for msg_id, value in step.late_replies:
+            if msg_id in self._asks:
+                self._resolve(msg_id, value)
         for new in commit.outbox:
             if new.msg_id not in result.duplicates:
                 self._route(new)

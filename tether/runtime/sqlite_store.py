@@ -644,6 +644,13 @@ class SqliteStore:
                     replies,
                     ") AS v JOIN mailbox ON mailbox.msg_id = v.column1",
                 )
+            late = [(r.msg_id, s.actor_id, r.payload, r.at) for s in steps for r in s.late_replies]
+            if late:
+                await db.executemany(
+                    "INSERT OR REPLACE INTO replies (msg_id, actor_id, ok, payload, created_at) "
+                    "VALUES (?, ?, 1, ?, ?)",
+                    late,
+                )
             await db.execute_rows(
                 "DELETE FROM mailbox WHERE msg_id IN (", "?", [(s.msg_id,) for s in steps], ")"
             )

@@ -145,6 +145,14 @@ class Watch(msgspec.Struct):
     watched: str
 
 
+class LateReply(msgspec.Struct, frozen=True):
+    """An answer to an ask made by an earlier message (a task that took several steps)."""
+
+    msg_id: str
+    payload: bytes
+    at: float
+
+
 class StepCommit(msgspec.Struct):
     """One processed message (I2): its events, outbox, reply and ack, plus the next claim."""
 
@@ -157,6 +165,7 @@ class StepCommit(msgspec.Struct):
     snapshot: Snapshot | None = None
     claim_next: str | None = None
     stop: StopActor | None = None  # the actor stopped itself in this step
+    late_replies: list[LateReply] = msgspec.field(default_factory=list)
 
 
 class Claim(msgspec.Struct):

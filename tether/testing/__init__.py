@@ -1,8 +1,9 @@
 """What users need to test their agents: a fake clock, fault injection per tool and call
-number, and (in ``tether.testing.payments``, imported on its own because it also runs as a
+number, a scripted model, and (in ``tether.testing.payments``, imported on its own because it also runs as a
 separate process) a fake payments service that honors idempotency keys and counts refunds."""
 
 from tether.testing.clock import FakeClock as FakeClock
 from tether.testing.faults import FaultInjector as FaultInjector
+from tether.testing.model import ScriptedModel as ScriptedModel
 
-__all__ = ("FakeClock", "FaultInjector")
+__all__ = ("FakeClock", "FaultInjector", "ScriptedModel")

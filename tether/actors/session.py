@@ -1,0 +1,470 @@
+"""``AgentSession``: an agent as a durable actor, one step per message (DESIGN §7).
+
+A session runs "decide → guard → act → record" one step at a time. Each step is one message
+(an internal ``Continue``), so each step commits on its own (I2), other messages interleave
+(a ``CancelTask``, a user's interjection, the wake-up after an approval), and a crash resumes
+at the frontier: the step that was running is delivered again and replays its recorded model
+decision and tool calls from the ledger (I4, I6).
+
+One step:
+
+1. the belief and the frontier are journaled (``StepBegun``);
+2. the context bundle is assembled from the session's typed fragments within its token budget
+   (``tether.actors.context``), and the model is asked — through the ledger — what to do;
+3. a tool call goes through the guards (loop detector, breaker, gate) and the ledger;
+4. its outcome is journaled for the next step's context, and the next step is queued. A final
+   answer ends the task and answers whoever asked.
+
+The error taxonomy (``seeds/004``) is wired in: invalid arguments go back to the model with the
+validation error for one correction, then the task is escalated (stopped, with the reason); a
+transient failure is retried under the tool's policy; an open breaker tells the model when to
+retry; a loop follows the session's ``loop_policy``; a rejected call tells the model why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import msgspec
+
+from tether.actors.actor import Actor
+from tether.actors.context import (
+    ChatMessage,
+    Checkpoint,
+    Constraint,
+    ContextBundle,
+    Fragment,
+    Goal,
+    Summary,
+    TokenCounter,
+    ToolCallRecord,
+    assemble,
+    default_counter,
+)
+from tether.actors.guards.loops import LoopPolicy
+from tether.actors.messages import Event, Message
+from tether.actors.model import Decision, FinalAnswer, Model, ModelRequest, ToolCall
+from tether.actors.tool import Tool
+from tether.errors import (
+    ApprovalRejected,
+    ConfigError,
+    DeterminismViolation,
+    EffectAborted,
+    LoopDetected,
+    ToolFailed,
+    ToolInputError,
+    ToolUnavailable,
+)
+
+# -- what a session accepts ---------------------------------------------------------------------
+
+
+class UserMessage(Message, kw_only=False):
+    """A person's message: starts a task, or joins the running one. ``ask`` it to get the
+    task's final answer."""
+
+    text: str
+
+
+class CancelTask(Message):
+    """Stop the running task cleanly (between two steps); whoever asked gets the reason."""
+
+    reason: str = "cancelled by the user"
+
+
+class Continue(Message):
+    """The next step of task ``task`` (sent by the session to itself)."""
+
+    task: int
+
+
+class GetSessionInfo(Message):
+    """Ask for a ``SessionInfo``: the session's status, belief and frontier."""
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    goal: str
+    status: str  # "idle" | "working"
+    task: int
+    task_text: str
+    steps: int
+    belief: str
+    frontier: str
+    last_answer: str
+    outcome: str
+
+
+# -- what a session journals --------------------------------------------------------------------
+
+
+class TaskStarted(Event):
+    task: int
+    text: str
+    reply_to: str
+
+
+class UserSaid(Event):
+    text: str
+    reply_to: str
+
+
+class StepBegun(Event):
+    """Journaled before each step: what the session believes and what it is about to do."""
+
+    task: int
+    step: int
+    belief: str
+    frontier: str
+
+
+class ModelDecided(Event):
+    decision: Decision
+
+
+class ToolResult(Event):
+    record: ToolCallRecord
+    invalid: bool = False  # the call's arguments did not fit the tool's schema
+
+
+class ContextReset(Event):
+    summary: str
+
+
+class TaskEnded(Event):
+    task: int
+    outcome: str  # "finished" | "cancelled" | "stopped: <why>"
+    answer: str
+
+
+SessionEvent = (
+    TaskStarted | UserSaid | StepBegun | ModelDecided | ToolResult | ContextReset | TaskEnded
+)
+
+
+class SessionState(msgspec.Struct, frozen=True, kw_only=True):
+    status: str = "idle"
+    task: int = 0
+    task_text: str = ""
+    reply_to: tuple[str, ...] = ()
+    steps: int = 0
+    decisions: int = 0
+    history: tuple[ChatMessage | ToolCallRecord, ...] = ()
+    summary: str = ""
+    belief: str = ""
+    frontier: str = ""
+    corrections: int = 0  # invalid tool calls in a row
+    last_answer: str = ""
+    outcome: str = ""
+
+
+class AgentSession(Actor[SessionState]):
+    """Subclass it, declare ``tools`` and ``model``, and spawn it::
+
+        class Refunds(tether.AgentSession):
+            tools = [lookup_order, refund]
+            model = MyModel()
+
+        session = await rt.spawn(Refunds, "session-7", goal="...", constraints=["..."])
+        answer = await session.ask(tether.UserMessage("refund order 42"), timeout=60)
+
+    Spawning an existing session id resumes it; a new id starts clean. Guard policies are
+    class attributes too: ``loop_policy``, ``approval_policy``, ``escalate_after_failures``,
+    and each tool's own breaker and approval requirement.
+    """
+
+    initial_state = SessionState()
+    tools: ClassVar[Sequence[Tool]] = ()
+    model: ClassVar[Model]
+    context_budget: ClassVar[int] = 8000
+    count_tokens: ClassVar[TokenCounter] = default_counter
+    max_steps: ClassVar[int] = 50
+    model_timeout: ClassVar[float] = 120.0
+    loop_policy: ClassVar[LoopPolicy | None] = LoopPolicy()
+    escalate_after_failures: ClassVar[int | None] = 3
+    _model_tool: ClassVar[Tool]
+    _tools_by_name: ClassVar[dict[str, Tool]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names: dict[str, Tool] = {}
+        for t in cls.tools:
+            if not isinstance(t, Tool):
+                raise ConfigError(
+                    f"{cls.__qualname__}.tools holds {t!r}; declare tools with @tether.tool"
+                )
+            if t.name in names:
+                raise ConfigError(f"{cls.__qualname__}.tools has two tools named {t.name!r}")
+            names[t.name] = t
+        cls._tools_by_name = names
+        cls._model_tool = _model_tool(cls)
+
+    def __init__(self, goal: str, constraints: list[str] | None = None) -> None:
+        if not isinstance(goal, str) or not goal.strip():
+            raise ConfigError("an agent session needs a goal (a non-empty string)")
+        self.goal = goal
+        self.constraints = list(constraints or [])
+        if not hasattr(type(self), "model") or not isinstance(type(self).model, Model):
+            raise ConfigError(
+                f"{type(self).__qualname__}.model must be a tether.Model "
+                "(an object with async decide(request))"
+            )
+
+    # -- the fold ------------------------------------------------------------------------------
+
+    def apply(self, state: SessionState, event: SessionEvent) -> SessionState:
+        rep = msgspec.structs.replace
+        match event:
+            case TaskStarted(task=task, text=text, reply_to=reply_to):
+                return rep(
+                    state,
+                    status="working",
+                    task=task,
+                    task_text=text,
+                    reply_to=(reply_to,) if reply_to else (),
+                    steps=0,
+                    corrections=0,
+                    outcome="",
+                    history=(*state.history, ChatMessage(role="user", text=text)),
+                )
+            case UserSaid(text=text, reply_to=reply_to):
+                return rep(
+                    state,
+                    reply_to=(*state.reply_to, reply_to) if reply_to else state.reply_to,
+                    history=(*state.history, ChatMessage(role="user", text=text)),
+                )
+            case StepBegun(step=step, belief=belief, frontier=frontier):
+                return rep(state, steps=step, belief=belief, frontier=frontier)
+            case ModelDecided(decision=ToolCall() as call):
+                said = call.thought or f"I will call {call.tool}."
+                return rep(
+                    state,
+                    decisions=state.decisions + 1,
+                    belief=call.thought or state.belief,
+                    frontier=f"call {call.tool} {_json(call.args)}",
+                    history=(*state.history, ChatMessage(role="assistant", text=said)),
+                )
+            case ModelDecided(decision=FinalAnswer() as answer):
+                return rep(
+                    state,
+                    decisions=state.decisions + 1,
+                    belief=answer.thought or state.belief,
+                    frontier="answer the user",
+                )
+            case ToolResult(record=record, invalid=invalid):
+                return rep(
+                    state,
+                    corrections=state.corrections + 1 if invalid else 0,
+                    history=(*state.history, record),
+                )
+            case ContextReset(summary=summary):
+                return rep(state, summary=summary, history=())
+            case TaskEnded(outcome=outcome, answer=answer):
+                return rep(
+                    state,
+                    status="idle",
+                    reply_to=(),
+                    last_answer=answer,
+                    outcome=outcome,
+                    frontier="",
+                    history=(*state.history, ChatMessage(role="assistant", text=answer)),
+                )
+        return state
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def handle(
+        self, msg: UserMessage | CancelTask | Continue | GetSessionInfo
+    ) -> str | SessionInfo | None:
+        match msg:
+            case UserMessage(text=text):
+                if not text.strip():
+                    raise ConfigError("a UserMessage needs text")
+                reply_to = self.reply_later()
+                if self.state.status == "working":
+                    self.persist(UserSaid(text=text, reply_to=reply_to))
+                else:
+                    task = self.state.task + 1
+                    self.persist(TaskStarted(task=task, text=text, reply_to=reply_to))
+                    await self.self_ref.tell(Continue(task=task))
+                return None
+            case CancelTask(reason=reason):
+                if self.state.status != "working":
+                    return "no task is running"
+                self._end("cancelled", f"Task cancelled: {reason}")
+                return "cancelled"
+            case Continue(task=task):
+                if self.state.status == "working" and task == self.state.task:
+                    await self._step()
+                return None  # a step of a task that ended (cancelled) is dropped
+        return self.info()  # GetSessionInfo
+
+    def info(self) -> SessionInfo:
+        s = self.state
+        return SessionInfo(
+            session_id=self.id,
+            goal=self.goal,
+            status=s.status,
+            task=s.task,
+            task_text=s.task_text,
+            steps=s.steps,
+            belief=s.belief,
+            frontier=s.frontier,
+            last_answer=s.last_answer,
+            outcome=s.outcome,
+        )
+
+    # -- one step ------------------------------------------------------------------------------
+
+    async def _step(self) -> None:
+        s = self.state
+        if s.steps >= self.max_steps:
+            self._end(f"stopped: step limit ({self.max_steps}) reached", _stopped_answer(s))
+            return
+        step = s.steps + 1
+        self.persist(StepBegun(task=s.task, step=step, belief=s.belief, frontier="decide"))
+        bundle = self.context()
+        request = ModelRequest(
+            session_id=self.id,
+            task=s.task,
+            step=step,
+            decisions=s.decisions,
+            context=bundle.render(),
+            tools=[t.spec() for t in self.tools],
+            bundle=bundle,
+        )
+        try:
+            decision: Decision = await self.effect(self._model_tool, request=request)
+        except (ToolFailed, EffectAborted, DeterminismViolation) as exc:
+            self._end(f"stopped: the model failed: {exc}", f"I could not continue: {exc}")
+            return
+        self.persist(ModelDecided(decision=decision))
+        if isinstance(decision, FinalAnswer):
+            self._end("finished", decision.text)
+            return
+        if await self._act(decision):
+            await self.self_ref.tell(Continue(task=s.task))
+
+    async def _act(self, call: ToolCall) -> bool:
+        """Make the call the model asked for and journal its outcome; False if the task ended."""
+        tool = self._tools_by_name.get(call.tool)
+        if tool is None:
+            known = ", ".join(self._tools_by_name) or "none"
+            return self._invalid(call, f"there is no tool named {call.tool!r} (tools: {known})")
+        try:
+            value = await self.effect(tool, **call.args)
+        except ToolInputError as exc:
+            return self._invalid(call, exc.problem)
+        except LoopDetected as exc:
+            if exc.response == "stop":
+                self._end(f"stopped: loop detected: {exc.detail}", _stopped_answer(self.state))
+                return False
+            if exc.response == "reset":
+                self.persist(ContextReset(summary=self._reset_summary(exc.detail)))
+                return True
+            error = f"Loop detected, the call was not made: {exc.detail}"
+        except ToolUnavailable as exc:
+            error = exc.reason
+        except ApprovalRejected as exc:
+            error = f"A person rejected this call ({exc.by}): {exc.reason}"
+        except (ToolFailed, EffectAborted, DeterminismViolation) as exc:
+            error = str(exc)
+        else:
+            self.persist(ToolResult(record=_record(call, result=_text(value))))
+            return True
+        self.persist(ToolResult(record=_record(call, error=error)))
+        return True
+
+    def _invalid(self, call: ToolCall, problem: str) -> bool:
+        """Invalid arguments go back to the model for one correction; twice in a row, the
+        task is escalated: stopped, with the reason, for a person to pick up."""
+        self.persist(
+            ToolResult(record=_record(call, error=f"Invalid call: {problem}"), invalid=True)
+        )
+        if self.state.corrections >= 2:
+            why = f"escalated: invalid tool call twice in a row ({call.tool}: {problem})"
+            from tether.runtime import telemetry
+
+            telemetry.escalations.add(1, {"tool": call.tool})
+            telemetry.log.warning("session_escalated", session_id=self.id, why=why)
+            self._end(f"stopped: {why}", f"I need a person's help: {why}")
+            return False
+        return True
+
+    def _end(self, outcome: str, answer: str) -> None:
+        s = self.state
+        for msg_id in s.reply_to:
+            self.reply(msg_id, answer)
+        self.persist(TaskEnded(task=s.task, outcome=outcome, answer=answer))
+
+    # -- context -------------------------------------------------------------------------------
+
+    def context(self) -> ContextBundle:
+        """The context bundle for the next model call, from the session's fragments."""
+        s = self.state
+        fragments: list[Fragment] = [Goal(text=self.goal)]
+        fragments.extend(Constraint(text=c) for c in self.constraints)
+        if s.summary:
+            fragments.append(Summary(text=s.summary))
+        fragments.append(Checkpoint(text=self._checkpoint()))
+        fragments.extend(s.history)
+        return assemble(fragments, budget=self.context_budget, count_tokens=type(self).count_tokens)
+
+    def _checkpoint(self) -> str:
+        s = self.state
+        note = f"Task {s.task}: {s.task_text} Step {s.steps} of at most {self.max_steps}."
+        return f"{note} Belief: {s.belief}" if s.belief else note
+
+    def _reset_summary(self, detail: str) -> str:
+        calls = [r for r in self.state.history if isinstance(r, ToolCallRecord)]
+        names = ", ".join(dict.fromkeys(r.tool for r in calls)) or "none"
+        return (
+            f"The context was reset because the session repeated itself: {detail} "
+            f"Task: {self.state.task_text} Tool calls so far: {len(calls)} ({names})."
+        )
+
+    # -- approvals -----------------------------------------------------------------------------
+
+    def approval_context(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "goal": self.goal,
+            "task": self.state.task_text,
+            "belief": self.state.belief,
+            "if_rejected": "the reason is given to the agent, which must find another way",
+        }
+
+
+def _model_tool(cls: type[AgentSession]) -> Tool:
+    async def model(request: ModelRequest) -> Decision:
+        return await cls.model.decide(request)
+
+    return Tool(
+        model,
+        name="model",
+        recovery="retry",  # asking again has no side effect; a recorded decision is replayed
+        breaker="model",
+        timeout=cls.model_timeout,
+        description="the session's model",
+        loop_guard=False,
+    )
+
+
+def _record(
+    call: ToolCall, *, result: str | None = None, error: str | None = None
+) -> ToolCallRecord:
+    return ToolCallRecord(tool=call.tool, args=dict(call.args), result=result, error=error)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return _json(msgspec.to_builtins(value))
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value, order="sorted").decode()
+
+
+def _stopped_answer(s: SessionState) -> str:
+    return f"I stopped before finishing: {s.task_text}"

@@ -1,0 +1,62 @@
+"""``ScriptedModel``: a model for tests and examples that decides from a script.
+
+Either a list of decisions, taken in order by the session's decision count (so the script
+picks up where it was after a restart: recorded decisions are replayed from the ledger, never
+asked again), or a function of the request, for decisions that depend on what the session has
+seen so far (the last tool result, the task's text)::
+
+    model = ScriptedModel([
+        tether.ToolCall(tool="lookup_order", args={"order_id": "42"}),
+        tether.FinalAnswer(text="Order 42 is refunded."),
+    ])
+    model = ScriptedModel(lambda request: ...)
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from tether.actors.model import Decision, FinalAnswer, ModelRequest, ToolCall
+from tether.errors import ConfigError
+
+Script = Sequence[Decision] | Callable[[ModelRequest], Decision | Awaitable[Decision]]
+
+
+class ScriptedModel:
+    """A deterministic model (see the module docstring). ``calls`` counts real calls."""
+
+    def __init__(self, script: Script) -> None:
+        if callable(script):
+            self._fn: Callable[[ModelRequest], Any] | None = script
+            self._lines: tuple[Decision, ...] = ()
+        else:
+            lines = tuple(script)
+            for line in lines:
+                if not isinstance(line, ToolCall | FinalAnswer):
+                    raise ConfigError(
+                        f"a script line must be tether.ToolCall or tether.FinalAnswer, not {line!r}"
+                    )
+            self._fn = None
+            self._lines = lines
+        self.calls = 0
+        self.requests: list[ModelRequest] = []
+
+    async def decide(self, request: ModelRequest) -> Decision:
+        self.calls += 1
+        self.requests.append(request)
+        if self._fn is not None:
+            decision = self._fn(request)
+            if inspect.isawaitable(decision):
+                decision = await decision
+        elif request.decisions < len(self._lines):
+            decision = self._lines[request.decisions]
+        else:
+            raise ConfigError(
+                f"the script has {len(self._lines)} decision(s) and the session asks for "
+                f"decision #{request.decisions + 1}"
+            )
+        if not isinstance(decision, ToolCall | FinalAnswer):
+            raise ConfigError(f"the script returned {decision!r}, not a ToolCall or FinalAnswer")
+        return decision
