@@ -177,7 +177,7 @@ async def test_a_session_needs_a_goal_and_a_model(tmp_path: Path) -> None:
             await rt.spawn(RefundAgent, "s1")
         with pytest.raises(tether.ConfigError, match="message"):
             await rt.spawn(RefundAgent, "s2", goal="x", message="y")
-    with pytest.raises(tether.ConfigError, match="declare tools with @tether.tool"):
+    with pytest.raises(tether.ConfigError, match=r"declare tools with @tether\.tool"):
 
         class Broken(tether.AgentSession):
             tools = [print]  # type: ignore[list-item]
