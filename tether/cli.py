@@ -28,6 +28,7 @@ import msgspec
 import structlog
 
 import tether
+from tether.actors.actor import import_class
 from tether.runtime.approvals import view as approval_view
 from tether.runtime.store import PARKED, ActorRecord, EffectRecord, Store, StoredMessage
 
@@ -320,13 +321,18 @@ def _json_kind(value: Any) -> str:
 
 
 def _is_session(record: ActorRecord) -> bool:
-    """Whether ``record`` is an agent session: a top-level actor that is not one of tether's
-    internals (``tether.*`` supervisors, ``breaker:*`` breakers, ``<session>/...`` helpers)."""
-    return (
-        record.parent_id is None
-        and not record.actor_id.startswith(_INTERNAL_PREFIXES)
-        and "/" not in record.actor_id
-    )
+    """Whether ``record`` is an agent session: its class is a ``tether.AgentSession``. When the
+    class cannot be imported here, a top-level actor that is not one of tether's internals
+    (``tether.*`` supervisors, ``breaker:*`` breakers, ``<session>/...`` guards) counts."""
+    try:
+        cls = import_class(record.class_path)
+    except tether.ConfigError:
+        return (
+            record.parent_id is None
+            and not record.actor_id.startswith(_INTERNAL_PREFIXES)
+            and "/" not in record.actor_id
+        )
+    return bool(getattr(cls, "is_session", False))
 
 
 async def _cmd_actors(rt: tether.Runtime, args: argparse.Namespace) -> int:

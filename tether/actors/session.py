@@ -175,6 +175,7 @@ class AgentSession(Actor[SessionState]):
     """
 
     initial_state = SessionState()
+    is_session: ClassVar[bool] = True  # logs carry session_id; the CLI lists it as a session
     tools: ClassVar[Sequence[Tool]] = ()
     model: ClassVar[Model]
     context_budget: ClassVar[int] = 8000

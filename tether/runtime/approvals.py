@@ -307,7 +307,22 @@ class Approvals:
                 raise ConfigError(f"{decision.by!r} has already approved request {request_id}")
             tool = _import_tool(record) if isinstance(decision, Modify) else None
             new = decided(record, decision, now, tool)
-            if await self._rt.store.update_approval(new, record.version):
+            if not telemetry.tracing_enabled():
+                swapped = await self._rt.store.update_approval(new, record.version)
+            else:
+                attributes = {
+                    "tether.approval_id": request_id,
+                    "tether.session_id": record.actor_id,
+                    "tether.tool": record.tool,
+                    "tether.decision": type(decision).__name__.lower(),
+                    "tether.decided_by": decision.by,
+                    "tether.status": new.status,
+                }
+                with telemetry.tracer.start_as_current_span(
+                    "tether.approval.decide", attributes=attributes
+                ):
+                    swapped = await self._rt.store.update_approval(new, record.version)
+            if swapped:
                 self._decided(record, new, decision)
                 return view(new)
         raise ApprovalClosed(request_id, "too many concurrent decisions; try again")
@@ -340,7 +355,7 @@ class Approvals:
     def requested(self, record: ApprovalRecord) -> None:
         """A step was just parked on ``record``: offer it to the attached handlers."""
         telemetry.escalations.add(1, {"tool": record.tool})
-        telemetry.log.warning(
+        telemetry.guard_event(
             "approval_requested",
             request_id=record.request_id,
             session_id=record.actor_id,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
+import structlog
 
 from tether.actors.actor import Actor, ActorSpec
 from tether.actors.messages import Event
@@ -201,6 +202,9 @@ class Cell:
             msgspec.msgpack.Decoder(_union(spec.event_types)) if spec.event_types else None
         )
         self._state_decoder = msgspec.msgpack.Decoder(spec.state_type)
+        self._log_context: dict[str, str] = {"actor_id": actor_id}
+        if getattr(spec.cls, "is_session", False):
+            self._log_context["session_id"] = actor_id  # a session id is its actor id
 
     # -- ActorCell protocol (what the actor instance sees) -------------------------------------
 
@@ -383,6 +387,7 @@ class Cell:
         """Recover, then deliver until stopped, passivated or deactivated. Never raises
         anything but cancellation of the whole runtime."""
         log = telemetry.log.bind(actor_id=self._actor_id)
+        structlog.contextvars.bind_contextvars(**self._log_context)  # this task's own context
         try:
             with self.scope:
                 try:
@@ -612,6 +617,13 @@ class Cell:
 
     async def _deliver(self, m: StoredMessage) -> None:
         self.current = m
+        if m.local is None:
+            telemetry.queue_age.record(max(0.0, self.runtime.clock() - m.deliver_at))
+        telemetry.in_flight.add(1)
+        # Every log line of the handler (the user's own structlog calls included) carries the
+        # actor and the session (bound once: the cell runs in a task of its own) and the
+        # message; with tracing on, the trace too.
+        structlog.contextvars.bind_contextvars(msg_id=m.msg_id)
         try:
             if telemetry.tracing_enabled():
                 attributes = {
@@ -619,11 +631,19 @@ class Cell:
                     "tether.msg_id": m.msg_id,
                     "tether.message_type": m.type,
                 }
-                with telemetry.tracer.start_as_current_span("tether.handle", attributes=attributes):
-                    await self._deliver_current(m)
+                with telemetry.tracer.start_as_current_span(
+                    "tether.handle", attributes=attributes
+                ) as span:
+                    trace_id = span.get_span_context().trace_id
+                    structlog.contextvars.bind_contextvars(trace_id=f"{trace_id:032x}")
+                    try:
+                        await self._deliver_current(m)
+                    finally:
+                        structlog.contextvars.unbind_contextvars("trace_id")
             else:
                 await self._deliver_current(m)
         finally:
+            telemetry.in_flight.add(-1)
             self.current = None
 
     async def _deliver_current(self, m: StoredMessage) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from tether.errors import JournalWriteError, StaleLeaseError
+from tether.runtime import telemetry
 from tether.runtime.store import (
     AttemptFailed,
     Batch,
@@ -202,6 +203,7 @@ class GroupCommitter:
             raise
         self.commits += 1
         self.writes += len(taken)
+        telemetry.commit_size.record(len(taken))
         _settle(taken, result, None)
 
 

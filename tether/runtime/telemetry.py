@@ -30,6 +30,9 @@ queue_age = meter.create_histogram(
     unit="s",
     description="time from enqueue to the start of processing",
 )
+in_flight = meter.create_up_down_counter(
+    "tether.messages.in_flight", description="messages being handled right now"
+)
 commit_size = meter.create_histogram("tether.commit.writes", description="writes per group commit")
 activations = meter.create_counter(
     "tether.actors.activated", description="actor activations (incl. recovery)"
