@@ -25,7 +25,7 @@ import inspect
 import random
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -203,8 +203,12 @@ class Tool:
         return twin
 
 
+@overload
+def tool(fn: Callable[..., Awaitable[Any]], /) -> Tool: ...
+
+
+@overload
 def tool(
-    fn: Callable[..., Awaitable[Any]] | None = None,
     *,
     name: str | None = None,
     recovery: Recovery = "quarantine",
@@ -214,7 +218,22 @@ def tool(
     reconcile: ReconcileHook | None = None,
     breaker: Any = "external_api",
     description: str | None = None,
-) -> Any:
+) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Awaitable[Any]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    recovery: Recovery = "quarantine",
+    requires_approval: bool = False,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    reconcile: ReconcileHook | None = None,
+    breaker: Any = "external_api",
+    description: str | None = None,
+) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Declare a tool: ``@tether.tool`` or ``@tether.tool(recovery="retry", timeout=10)``.
 
     See the module docstring for ``recovery``. ``breaker`` is a tool kind from the defaults

@@ -7,14 +7,49 @@ change. Spans are only started when the active tracer provider records them.
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
+from typing import Any
 
 import structlog
 from opentelemetry import metrics, trace
 
 tracer = trace.get_tracer("tether")
 meter = metrics.get_meter("tether")
-log = structlog.get_logger("tether")
+
+
+class _TetherLogger:
+    """tether's structlog logger. An application that configures structlog gets every event
+    through its own configuration; one that does not gets warnings and errors on stderr,
+    so that a library never prints its info lines into someone's program unasked."""
+
+    __slots__ = ("_fallback",)
+
+    def __init__(self) -> None:
+        self._fallback: Any = None
+
+    def _target(self) -> Any:
+        if structlog.is_configured():
+            return structlog.get_logger("tether")
+        if self._fallback is None:
+            self._fallback = structlog.wrap_logger(
+                structlog.PrintLogger(sys.stderr),
+                wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                processors=[
+                    structlog.contextvars.merge_contextvars,
+                    structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
+                    structlog.dev.ConsoleRenderer(colors=False),
+                ],
+            )
+        return self._fallback
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+log: Any = _TetherLogger()
 
 messages_handled = meter.create_counter(
     "tether.messages.handled", description="messages processed and committed"
