@@ -1,4 +1,4 @@
-"""Shared fixtures: every async test runs on anyio's asyncio backend (aiosqlite is asyncio-only)."""
+"""Shared fixtures: every async test runs on anyio's asyncio backend (the store is asyncio-only)."""
 
 from __future__ import annotations
 

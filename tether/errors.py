@@ -216,7 +216,9 @@ class EffectAborted(ToolError):
 
 class DeterminismViolation(ToolError):
     """A replayed step asked, at an effect index already recorded, for a different tool or
-    input. The call is refused and held for a person, never executed (I5)."""
+    input. The call is refused, never executed (I5). A ledger row at that index is held for a
+    person (quarantined: only ``abort`` resolves it); an approval given for another call
+    raises this at once."""
 
     def __init__(self, tool: str, key: str, detail: str) -> None:
         self.key = key

@@ -233,3 +233,22 @@ class DriftingBanker(Banker):
         outcome = await self.effect(wire, to=msg.to, cents=msg.cents + NONDETERMINISTIC[0])
         self.persist(Wired(outcome=outcome))
         return outcome
+
+
+class FlakyAfterEffect(tether.Actor[LedgerState]):
+    """Sends an email, then fails until BROKEN is cleared: its message ends in dead letters."""
+
+    initial_state = LedgerState()
+    broken: list[bool] = [True]
+
+    def apply(self, state: LedgerState, event: Done) -> LedgerState:
+        return LedgerState(results=[*state.results, event.results])
+
+    async def handle(self, msg: Do | Ping) -> str:
+        if isinstance(msg, Ping):
+            return "pong"
+        sent = await self.effect(send_email, to="c@d.e", body="once")
+        if FlakyAfterEffect.broken[0]:
+            raise RuntimeError("the handler is broken after its effect")
+        self.persist(Done(results=[sent]))
+        return sent

@@ -263,3 +263,35 @@ async def test_an_approval_of_one_call_never_runs_another(tmp_path: Path) -> Non
                 await anyio.sleep(0.01)
     assert "was asked for another call" in letters[0].errors[0]
     assert fx.CALLS == []
+
+
+async def test_a_handler_attached_after_a_restart_gets_the_requests_still_pending(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        b = await rt.spawn(Banker, "b1")
+        await b.tell(Wire(to="acme", cents=5))
+        await one_pending(rt)
+    seen: list[str] = []
+
+    async def approve_all(request: tether.ApprovalRequest) -> tether.Approve:
+        seen.append(request.request_id)
+        return tether.Approve(by="bot")
+
+    async with runtime(tmp_path) as rt:
+        rt.approvals.attach(approve_all)
+        with anyio.fail_after(5):
+            while not fx.CALLS:
+                await anyio.sleep(0.01)
+    assert len(seen) == 1
+    assert [n for n, _ in fx.CALLS] == ["wire"]
+
+
+async def test_an_admin_process_asks_and_gets_the_answer_from_the_serving_runtime(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        await rt.spawn(Banker, "b1")
+        async with runtime(tmp_path, serve=False) as admin:
+            assert await admin.ref("b1").ask(Ping(), timeout=5) == "pong"
+            assert not admin.cells  # it ran nothing itself

@@ -404,3 +404,18 @@ async def test_the_fault_injector_fails_delays_and_hangs_chosen_calls(tmp_path: 
     assert [n for n, _ in fx.CALLS] == ["charge"]  # only the delayed call reached the tool
     with pytest.raises(tether.ConfigError, match="start at 1"):
         faults.fail(fx.charge, calls=[0], error=RuntimeError())
+
+
+async def test_retrying_a_dead_letter_replays_its_recorded_effects(tmp_path: Path) -> None:
+    from tests.runtime.effect_actors import FlakyAfterEffect
+
+    FlakyAfterEffect.broken[0] = True
+    async with runtime(tmp_path, max_attempts=2) as rt:
+        a = await rt.spawn(FlakyAfterEffect, "f1")
+        await a.tell(Do(effects=[]))
+        letters = await eventually(rt.dead_letters.list)
+        FlakyAfterEffect.broken[0] = False  # fixed; now retry it
+        await rt.dead_letters.retry(letters[0].msg_id)
+        await eventually(lambda: _results(rt, "f1"))
+        assert await _results(rt, "f1") == [["sent to c@d.e"]]
+    assert [n for n, _ in fx.CALLS] == ["send_email"]  # once, before the dead letter

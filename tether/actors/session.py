@@ -448,6 +448,7 @@ def _model_tool(cls: type[AgentSession]) -> Tool:
         timeout=cls.model_timeout,
         description="the session's model",
         loop_guard=False,
+        defer_receipt=False,  # I6: once the model answered, it is never asked again
     )
 
 

@@ -114,6 +114,7 @@ class Tool:
         breaker: Any = "external_api",
         description: str | None = None,
         loop_guard: bool = True,
+        defer_receipt: bool = True,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"@tether.tool needs an async def, not {fn!r}")
@@ -139,6 +140,9 @@ class Tool:
         self.reconcile_hook = reconcile
         self.breaker = breaker
         self.loop_guard = loop_guard  # False for the model itself: only actions can loop
+        # A retry tool's receipt may ride with the actor's next commit; False commits it at
+        # once (the model: I6 promises a recorded decision is never asked for again).
+        self.defer_receipt = defer_receipt
         self.description = description if description is not None else inspect.getdoc(fn) or ""
         self.takes_key, self.args_type, self.result_type = _schema(fn, where)
         self._result_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(

@@ -268,7 +268,7 @@ class Approvals:
             raise ConfigError(f"an approval handler must be an async callable, not {handler!r}")
         self._handlers.append(handler)
         if self._rt.is_open:
-            self._rt.start_soon(self._offer_pending)
+            self._rt.start_soon(self.offer_pending)
 
     async def pending(
         self, session_id: str | None = None, *, include_expired: bool = False
@@ -366,10 +366,18 @@ class Approvals:
         if self._handlers:
             self._rt.start_soon(self._offer, record.request_id)
 
-    async def _offer_pending(self) -> None:
+    async def offer_pending(self) -> None:
+        """Offer every pending request to the attached handlers: those held before this
+        runtime started (their sessions may be passivated until their deadline), and those
+        held by other runtimes on the store. Deciding twice is harmless: the first decision
+        wins and the second is refused (``ApprovalClosed``), so several runtimes with
+        handlers may offer the same request."""
+        if not self._handlers:
+            return
+        now = self._rt.clock()
         for record in await self._rt.store.find_approvals(status="pending"):
-            if record.actor_id in self._rt.cells or not self._rt.cells:
-                await self._offer(record.request_id)
+            if record.deadline > now and record.request_id not in self._offered:
+                self._rt.start_soon(self._offer, record.request_id)
 
     async def _offer(self, request_id: str) -> None:
         if request_id in self._offered:

@@ -20,8 +20,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from tether.errors import JournalWriteError, StaleLeaseError
 from tether.runtime import telemetry
 from tether.runtime.store import (
@@ -42,8 +40,6 @@ from tether.runtime.store import (
     Store,
     Watch,
 )
-
-log = structlog.get_logger("tether.commit")
 
 Write = (
     Spawn
@@ -187,7 +183,7 @@ class GroupCommitter:
             if len(taken) == 1:
                 _settle(taken, None, exc)
                 return
-            log.warning("batch_failed_retrying_alone", writes=len(taken), error=repr(exc))
+            telemetry.log.warning("batch_failed_retrying_alone", writes=len(taken), error=repr(exc))
             for item in taken:
                 try:
                     one = await self._store.apply(_batch([item[0]]))

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import structlog
-
 from tether.errors import ActorStopped, DeadLetterNotFound
+from tether.runtime import telemetry
 from tether.runtime.store import DeadLetter
 
 if TYPE_CHECKING:
     from tether.runtime.runtime import Runtime
-
-log = structlog.get_logger("tether.dead_letters")
 
 
 class DeadLetters:
@@ -35,11 +32,11 @@ class DeadLetters:
             raise ActorStopped(letter.actor_id, rec.stop_reason)
         if await self._rt.store.retry_dead_letter(msg_id, self._rt.clock()) is None:
             raise DeadLetterNotFound(msg_id)
-        log.info("dead_letter_retried", msg_id=msg_id, actor_id=letter.actor_id)
+        telemetry.log.info("dead_letter_retried", msg_id=msg_id, actor_id=letter.actor_id)
         self._rt.wake_actor(letter.actor_id)
 
     async def discard(self, msg_id: str) -> None:
         """Delete a dead letter for good."""
         if not await self._rt.store.discard_dead_letter(msg_id):
             raise DeadLetterNotFound(msg_id)
-        log.info("dead_letter_discarded", msg_id=msg_id)
+        telemetry.log.info("dead_letter_discarded", msg_id=msg_id)

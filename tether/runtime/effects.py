@@ -519,7 +519,7 @@ class _Effect:
         done = msgspec.structs.replace(
             rec, status="done", result=blob, history=history, updated_at=now
         )
-        if self.tool.recovery == "retry" and note is None:
+        if self.tool.recovery == "retry" and self.tool.defer_receipt and note is None:
             # A tool whose receiver honors keys: its receipt rides with the actor's next commit
             # (the next intent, or the step). If the process dies first, the intent without a
             # receipt is retried with the same key, and the receiver answers from its record:

@@ -374,7 +374,8 @@ class MemoryStore:
             deliver_at=now,
             created_at=now,
         )
-        self.mailbox[msg_id] = _Row(seq=self._seq, msg=msg)
+        # parks=1: the message has a past (ledger rows, approvals) its next delivery must read
+        self.mailbox[msg_id] = _Row(seq=self._seq, msg=msg, parks=1)
         return d
 
     async def discard_dead_letter(self, msg_id: str) -> bool:

@@ -194,6 +194,8 @@ class Runtime:
             raise
         self._open = True
         self._tg.start_soon(self.committer.run)
+        if not self.serving:  # asks from an admin process are answered by the serving ones
+            self._tg.start_soon(self._keep_running, "reply_poll", self._reply_poller)
         if self.serving:
             self._tg.start_soon(self._keep_running, "scheduler", self._scheduler)
             self._tg.start_soon(self._keep_running, "lease_renewal", self._renew_leases)
@@ -541,6 +543,11 @@ class Runtime:
                     reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
                 )
 
+    async def _reply_poller(self) -> None:
+        while True:
+            await self._poll_replies()
+            await anyio.sleep(self.poll_interval)
+
     def _reply_decoder(self, spec: ActorSpec) -> msgspec.msgpack.Decoder[Any]:
         dec = self._reply_decoders.get(spec.reply_type)
         if dec is None:
@@ -785,6 +792,7 @@ class Runtime:
             while self._timers and self._timers[0] <= now:
                 heapq.heappop(self._timers)
             if now >= next_orphan_scan:
+                await self.approvals.offer_pending()
                 await self._reap_dead_runtimes()
                 for actor_id in await self.store.orphaned(now, 1000):
                     touched[actor_id] = None

@@ -936,8 +936,10 @@ class SqliteStore:
         moved = await self._write(
             [
                 (
-                    "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, attempts, errors, wants_reply, created_at) "
-                    "SELECT msg_id, actor_id, type, payload, ?, 0, NULL, 0, ? FROM dead_letters WHERE msg_id = ?",
+                    # parks = 1: the message has a past (ledger rows, approvals) that its next
+                    # delivery must read, though its attempts start again from 0.
+                    "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, attempts, errors, wants_reply, created_at, parks) "
+                    "SELECT msg_id, actor_id, type, payload, ?, 0, NULL, 0, ?, 1 FROM dead_letters WHERE msg_id = ?",
                     (now, now, msg_id),
                 ),
                 ("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,)),

@@ -53,7 +53,9 @@ class StoredMessage(msgspec.Struct):
     wants_reply: bool
     seq: int = 0
     local: Any = None  # an in-memory system message (never stored), already decoded
-    parks: int = 0  # times this message's step was parked (waiting on an effect or a person)
+    # times this message was set aside: parked (waiting on an effect or a person) or
+    # dead-lettered and retried. Nonzero: its step may have ledger rows to replay.
+    parks: int = 0
 
 
 class JournalRow(msgspec.Struct, frozen=True, array_like=True):
