@@ -295,3 +295,28 @@ async def test_an_admin_process_asks_and_gets_the_answer_from_the_serving_runtim
         async with runtime(tmp_path, serve=False) as admin:
             assert await admin.ref("b1").ask(Ping(), timeout=5) == "pong"
             assert not admin.cells  # it ran nothing itself
+
+
+async def test_the_sessions_gate_journals_each_held_call_and_how_it_was_settled(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        b = await rt.spawn(Banker, "b1")
+        await b.tell(Wire(to="acme", cents=5))
+        request = await one_pending(rt)
+        [guards] = [n for n in await rt.tree() if n.id == "tether.guards"]
+        gate = guards.find("b1/gate")
+        assert gate is not None
+        assert gate.detail == "1 pending; 0 approved, 0 rejected"
+        await rt.approvals.decide(request.request_id, tether.Reject(by="bob", reason="no"))
+        await outcomes(rt, "b1")
+        await b.tell(Wire(to="acme", cents=6))
+        second = await one_pending(rt)
+        await rt.approvals.decide(second.request_id, tether.Approve(by="ann"))
+        await outcomes(rt, "b1", 2)
+    # The gate's state is the fold of its journal: a new runtime sees the same.
+    async with runtime(tmp_path) as rt:
+        from tether.actors.guards.actors import GetGateState
+
+        state = await rt.ref("b1/gate").ask(GetGateState(), timeout=5)
+    assert state == {"session": "b1", "pending": (), "requested": 2, "approved": 1, "rejected": 1}

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import anyio
 import msgspec
 
+from tether.actors.guards.actors import ApprovalRequested, ApprovalSettled
 from tether.actors.guards.breaker import CallToken, Refused
 from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
 from tether.errors import (
@@ -210,6 +211,16 @@ class _Effect:
                 policy=policy,
                 now=now,
             )
+            await self._gate_event(
+                ApprovalRequested(
+                    request_id=rid,
+                    tool=tool.name,
+                    reason=reason,
+                    fingerprint=record.fingerprint,
+                    deadline=record.deadline,
+                    at=now,
+                )
+            )
             self.step.suspend(
                 f"call {tool.name} waits for approval {rid}: {reason}",
                 until=record.deadline,
@@ -235,6 +246,7 @@ class _Effect:
                 self.log.warning("approval_timed_out", request_id=rid, outcome=record.status)
             else:  # decided meanwhile: take what is stored
                 record = (await rt.store.find_approvals(request_id=rid))[0]
+        await self._settled(record, now)
         if record.status == "rejected":
             last = record.decisions[-1] if record.decisions else None
             raise ApprovalRejected(
@@ -250,6 +262,32 @@ class _Effect:
             self.kwargs, self.args_blob = approved.kwargs, approved.args_blob
         self.log.info(
             "approval_applied", request_id=rid, modified=record.approved_args != record.args
+        )
+
+    async def _gate_event(self, event: Any) -> None:
+        """Journal ``event`` in the session's gate, with the session's next commit."""
+        gate = await self.cell.runtime.guards.gate(self.cell)
+        if gate is not None:
+            self._journal(gate.stage_events([event]))
+
+    async def _settled(self, record: ApprovalRecord, now: float) -> None:
+        """The first time the session sees its request decided, the gate journals how."""
+        gate = await self.cell.runtime.guards.gate(self.cell)
+        if gate is None or record.request_id not in gate.state.pending:
+            return
+        last = record.decisions[-1] if record.decisions else None
+        self._journal(
+            gate.stage_events(
+                [
+                    ApprovalSettled(
+                        request_id=record.request_id,
+                        status=record.status,
+                        by=last.by if last else "unknown",
+                        reason=(last.reason if last else None) or "",
+                        at=now,
+                    )
+                ]
+            )
         )
 
     def _escalation(self) -> str | None:

@@ -21,9 +21,11 @@ import anyio
 from tether.actors.guards.actors import (
     GUARDS_SUPERVISOR,
     Breaker,
+    Gate,
     GuardSupervisor,
     LoopGuard,
     breaker_id,
+    gate_id,
     loops_id,
 )
 from tether.actors.guards.breaker import Admission, BreakerCore, BreakerPolicy, CallToken
@@ -207,15 +209,17 @@ class Guards:
             raise ConfigError(
                 f"{actor.actor_id}: loop_policy must be a tether.LoopPolicy, not {policy!r}"
             )
-        cell = await self._cell(
-            loops_id(actor.actor_id), LoopGuard, {"session_id": actor.actor_id}, supervised=False
-        )
+        cell = await self._cell(loops_id(actor.actor_id), LoopGuard, {"session_id": actor.actor_id})
         if cell is None:
             return None
         assert isinstance(cell.instance, LoopGuard)
         cell.instance.policy = policy
         watch = actor.loop_watch = LoopWatch(cell)
         return watch
+
+    async def gate(self, actor: Cell) -> Cell | None:
+        """The escalation gate of the actor behind ``actor`` (its journal of held calls)."""
+        return await self._cell(gate_id(actor.actor_id), Gate, {"session_id": actor.actor_id})
 
     async def _cell(
         self, actor_id: str, cls: type[Any], init: dict[str, Any], *, supervised: bool = True

@@ -138,6 +138,10 @@ class Supervisor(Actor[SupervisorState]):
     strategy: ClassVar[Strategy] = OneForOne()
     children: ClassVar[Sequence[ChildSpec]] = ()
     decider: ClassVar[Decider | None] = None
+    #: Whether (re)starting the supervisor starts its dynamic children too. False for
+    #: supervisors of many mostly idle children (sessions, their guards): each then starts
+    #: on its first message, and passivates when idle, still supervised.
+    start_dynamic_children: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -185,9 +189,15 @@ class Supervisor(Actor[SupervisorState]):
     # -- the handler --------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        """Start every child in start order (children stopped for good stay stopped)."""
+        """Start every child in start order (children stopped for good stay stopped); the
+        dynamic ones only if ``start_dynamic_children``."""
         ctx = self._ctx()
-        for entry in self.child_entries():
+        entries = (
+            self.child_entries()
+            if self.start_dynamic_children
+            else [_entry_of(spec) for spec in type(self).children]
+        )
+        for entry in entries:
             await ctx.start_child(self.id, entry)
 
     async def handle(self, msg: ChildFailed | ChildExited | AddChild | RemoveChild) -> Any:

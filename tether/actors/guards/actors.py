@@ -2,7 +2,8 @@
 
 * ``Breaker`` (id ``breaker:<tool>``): one per tool, shared by every session of the runtime,
   a child of the ``tether.guards`` supervisor.
-* ``LoopGuard`` (id ``<session>/loops``): one per session that has a loop policy.
+* ``LoopGuard`` (id ``<session>/loops``): one per session that has a loop policy, also a
+  child of ``tether.guards``.
 
 Their decisions are made on the effect path itself, synchronously on the live instance's state
 (``tether.runtime.guards``), because a message round trip per call would cost more than the
@@ -39,7 +40,7 @@ from tether.actors.guards.loops import (
     LoopResultObserved,
     LoopState,
 )
-from tether.actors.messages import Message
+from tether.actors.messages import Event, Message
 from tether.supervisor.spec import OneForOne
 from tether.supervisor.supervisor import Supervisor
 
@@ -55,11 +56,14 @@ def loops_id(actor_id: str) -> str:
 
 
 class GuardSupervisor(Supervisor):
-    """Supervises the runtime-wide guards (the breakers). A breaker that fails is restarted
-    and re-folds its journal; the sessions using it are not disturbed."""
+    """Supervises the guards: every tool's breaker and every session's loop guard. A guard
+    that fails is restarted and re-folds its journal; the sessions using it are not disturbed.
+    Guards start on first use, not with the supervisor: a runtime with 10,000 idle sessions
+    does not bring 10,000 loop guards into memory when it starts."""
 
     strategy = OneForOne(max_restarts=100, within=60.0)
     children: ClassVar[list[Any]] = []
+    start_dynamic_children = False
 
 
 class ResetBreaker(Message):
@@ -184,3 +188,73 @@ class LoopGuard(Actor[LoopState]):
 
     def summary(self) -> str:
         return f"{len(self.state.history)} recent call(s)"
+
+
+def gate_id(actor_id: str) -> str:
+    return f"{actor_id}/gate"
+
+
+class ApprovalRequested(Event):
+    request_id: str
+    tool: str
+    reason: str
+    fingerprint: str
+    deadline: float
+    at: float
+
+
+class ApprovalSettled(Event):
+    request_id: str
+    status: str  # "approved" | "rejected"
+    by: str
+    reason: str
+    at: float
+
+
+GateEvent = ApprovalRequested | ApprovalSettled
+
+
+class GateState(msgspec.Struct, frozen=True, kw_only=True):
+    pending: tuple[str, ...] = ()
+    requested: int = 0
+    approved: int = 0
+    rejected: int = 0
+
+
+class GetGateState(Message):
+    pass
+
+
+class Gate(Actor[GateState]):
+    """One session's escalation gate (I9, I10): the journal of every call it held for a
+    person and how each was settled. The requests themselves, their deadlines and the
+    decisions from any process live in the store's approvals table (``rt.approvals``); the
+    gate's events are written with the session's own commits (the park of the held step, and
+    the step that applies the decision)."""
+
+    initial_state = GateState()
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+
+    def apply(self, state: GateState, event: GateEvent) -> GateState:
+        if isinstance(event, ApprovalRequested):
+            return msgspec.structs.replace(
+                state,
+                pending=(*state.pending, event.request_id),
+                requested=state.requested + 1,
+            )
+        approved = event.status == "approved"
+        return msgspec.structs.replace(
+            state,
+            pending=tuple(r for r in state.pending if r != event.request_id),
+            approved=state.approved + approved,
+            rejected=state.rejected + (not approved),
+        )
+
+    async def handle(self, msg: GetGateState) -> dict[str, Any]:
+        return {"session": self.session_id, **msgspec.to_builtins(self.state)}
+
+    def summary(self) -> str:
+        s = self.state
+        return f"{len(s.pending)} pending; {s.approved} approved, {s.rejected} rejected"
