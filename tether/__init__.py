@@ -17,6 +17,7 @@ from tether.actors.model import ToolCall as ToolCall
 from tether.actors.ref import ActorRef as ActorRef
 from tether.actors.session import AgentSession as AgentSession
 from tether.actors.session import CancelTask as CancelTask
+from tether.actors.session import GetSessionInfo as GetSessionInfo
 from tether.actors.session import SessionInfo as SessionInfo
 from tether.actors.session import UserMessage as UserMessage
 from tether.actors.tool import Done as Done
@@ -83,6 +84,7 @@ __all__ = (
     "AgentSession",
     "UserMessage",
     "CancelTask",
+    "GetSessionInfo",
     "SessionInfo",
     "Model",
     "ModelRequest",

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from tether.demo import run
 
-            return run(args.store)
+            return run(args.demo_db)
         _check_args(args)
         path = _existing_store(args.db)
         with _logs_to_stderr():
@@ -258,10 +258,16 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     demo = commands.add_parser(
-        "demo", help="run the durable-counter demo on an embedded SQLite store"
+        "demo",
+        help="a refund agent killed mid-refund and resumed, on an embedded SQLite store",
     )
     demo.add_argument(
-        "--store", default="tether-demo.db", help="store file to create (default: %(default)s)"
+        "--db",
+        "--store",
+        dest="demo_db",
+        metavar="PATH",
+        default="tether-demo.db",
+        help="store file to create, replacing an old one (default: %(default)s)",
     )
     return parser
 

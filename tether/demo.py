@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import structlog
 
 import tether
 from tether.demo_agent import CUSTOMERS, FRAUD_BREAKER, VICTIM, Customer, customer, money
+from tether.runtime.approvals import view
 from tether.testing.payments import PaymentsService, refunds
 
 WORKER_TIMEOUT = 45.0  # seconds a worker may run before the demo gives up on it
@@ -99,6 +101,9 @@ class Worker:
             self.proc.wait()
         finally:
             watchdog.cancel()
+            if self.proc.poll() is None:  # the demo itself failed: take the worker down too
+                self.proc.kill()
+                self.proc.wait()
 
     @property
     def exit(self) -> str:
@@ -223,7 +228,6 @@ class Effect(msgspec.Struct):
     status: str
     attempts: int
     result: dict[str, Any] | None
-    history: list[str]
 
 
 class SessionFacts(msgspec.Struct):
@@ -235,8 +239,6 @@ class SessionFacts(msgspec.Struct):
 async def _facts(db: str) -> tuple[dict[str, SessionFacts], list[str]]:
     """What the store says: each session's refund effects, approvals and task outcome; and the
     fraud breaker's journal (event types)."""
-    from tether.runtime.approvals import view
-
     out: dict[str, SessionFacts] = {}
     async with tether.Runtime(db, serve=False) as rt:
         for c in CUSTOMERS:
@@ -246,7 +248,6 @@ async def _facts(db: str) -> tuple[dict[str, SessionFacts], list[str]]:
                     e.status,
                     e.attempts,
                     msgspec.msgpack.decode(e.result) if e.result else None,
-                    list(e.history),
                 )
                 for e in await rt.store.find_effects(actor_id=c.session)
                 if e.tool in ("refund", "big_refund")
@@ -391,7 +392,7 @@ def _checks(
 
 
 def _footer(files: Files, ok: bool) -> None:
-    db = _quote(str(files.store))
+    db = shlex.quote(str(files.store))
     say(f"\nstore: {files.store}")
     say("inspect it:")
     for command in (
@@ -405,12 +406,6 @@ def _footer(files: Files, ok: bool) -> None:
     if not ok and files.log.exists():
         tail = files.log.read_text(errors="replace").splitlines()[-15:]
         say("its last lines:\n" + "\n".join("  " + line for line in tail))
-
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -329,7 +329,7 @@ async def _report_breaker(rt: tether.Runtime) -> bool:
     for root in await rt.tree():
         node = root.find(FRAUD_BREAKER)
         if node is not None and node.detail and not node.detail.startswith("closed"):
-            emit("breaker", line=node.render().strip(), detail=node.detail)
+            emit("breaker", detail=node.detail)
             return True
     return False
 

@@ -19,6 +19,7 @@ number. The messages below are for people and tools (reset, inspect).
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import msgspec
@@ -114,7 +115,8 @@ class Breaker(Actor[BreakerState]):
         state = self.state
         if state.status == "closed":
             return "closed"
-        return f"{state.status} until {state.until:.0f} ({state.reason}); trips={state.trips}"
+        until = time.strftime("%H:%M:%S", time.localtime(state.until))
+        return f"{state.status} until {until} ({state.reason}); trips={state.trips}"
 
 
 class ResetLoops(Message):
