@@ -110,6 +110,11 @@ class UserSaid(Event):
     reply_to: str
 
 
+class Heard(Event):
+    """The user messages that joined the task during a step enter the history, once that step
+    has ended (so a replay of the step sees the context its recorded decision was made on)."""
+
+
 class StepBegun(Event):
     """Journaled before each step: what the session believes and what it is about to do."""
 
@@ -139,7 +144,14 @@ class TaskEnded(Event):
 
 
 SessionEvent = (
-    TaskStarted | UserSaid | StepBegun | ModelDecided | ToolResult | ContextReset | TaskEnded
+    TaskStarted
+    | UserSaid
+    | Heard
+    | StepBegun
+    | ModelDecided
+    | ToolResult
+    | ContextReset
+    | TaskEnded
 )
 
 
@@ -151,6 +163,7 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
     steps: int = 0
     decisions: int = 0
     history: tuple[ChatMessage | ToolCallRecord, ...] = ()
+    heard: tuple[ChatMessage, ...] = ()  # joined the task during the current step
     summary: str = ""
     belief: str = ""
     frontier: str = ""
@@ -233,8 +246,10 @@ class AgentSession(Actor[SessionState]):
                 return rep(
                     state,
                     reply_to=(*state.reply_to, reply_to) if reply_to else state.reply_to,
-                    history=(*state.history, ChatMessage(role="user", text=text)),
+                    heard=(*state.heard, ChatMessage(role="user", text=text)),
                 )
+            case Heard():
+                return rep(state, history=(*state.history, *state.heard), heard=())
             case StepBegun(step=step, belief=belief, frontier=frontier):
                 return rep(state, steps=step, belief=belief, frontier=frontier)
             case ModelDecided(decision=ToolCall() as call):
@@ -269,7 +284,12 @@ class AgentSession(Actor[SessionState]):
                     last_answer=answer,
                     outcome=outcome,
                     frontier="",
-                    history=(*state.history, ChatMessage(role="assistant", text=answer)),
+                    history=(
+                        *state.history,
+                        *state.heard,
+                        ChatMessage(role="assistant", text=answer),
+                    ),
+                    heard=(),
                 )
         return state
 
@@ -345,6 +365,8 @@ class AgentSession(Actor[SessionState]):
             self._end("finished", decision.text)
             return
         if await self._act(decision):
+            if self.state.heard:
+                self.persist(Heard())
             await self.self_ref.tell(Continue(task=s.task))
 
     async def _act(self, call: ToolCall) -> bool:

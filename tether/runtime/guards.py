@@ -157,7 +157,7 @@ class Guards:
 
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
-        self._locks: dict[str, anyio.Lock] = {}
+        self._locks: dict[str, list[Any]] = {}  # actor id -> [lock, users]
         self._fallback: dict[str, BreakerGuard] = {}
         self._guards: dict[str, BreakerGuard] = {}  # by tool name, while its cell lives
 
@@ -209,7 +209,9 @@ class Guards:
             raise ConfigError(
                 f"{actor.actor_id}: loop_policy must be a tether.LoopPolicy, not {policy!r}"
             )
-        cell = await self._cell(loops_id(actor.actor_id), LoopGuard, {"session_id": actor.actor_id})
+        cell = await self._cell(
+            loops_id(actor.actor_id), LoopGuard, {"session_id": actor.actor_id}, dynamic=False
+        )
         if cell is None:
             return None
         assert isinstance(cell.instance, LoopGuard)
@@ -219,36 +221,54 @@ class Guards:
 
     async def gate(self, actor: Cell) -> Cell | None:
         """The escalation gate of the actor behind ``actor`` (its journal of held calls)."""
-        return await self._cell(gate_id(actor.actor_id), Gate, {"session_id": actor.actor_id})
+        return await self._cell(
+            gate_id(actor.actor_id), Gate, {"session_id": actor.actor_id}, dynamic=False
+        )
 
     async def _cell(
-        self, actor_id: str, cls: type[Any], init: dict[str, Any], *, supervised: bool = True
+        self, actor_id: str, cls: type[Any], init: dict[str, Any], *, dynamic: bool = True
     ) -> Cell | None:
         """The guard's live cell here, created and started on first use; None if another
-        runtime owns it."""
+        runtime owns it. ``dynamic``: recorded as a dynamic child of ``tether.guards`` (the
+        breakers); otherwise a child by its record alone (a session's guards)."""
         rt = self._rt
         cell = rt.cells.get(actor_id)
         if cell is not None and cell.ready.is_set() and cell.instance is not None:
             return cell
-        lock = self._locks.setdefault(actor_id, anyio.Lock())
-        async with lock:
-            rec = await rt.store.get_actor(actor_id)
-            if rec is None:
-                if supervised:
-                    await self._ensure_supervisor()
-                    await rt.add_child(GUARDS_SUPERVISOR, ChildSpec(cls, actor_id, **init))
-                else:
-                    await rt.spawn(cls, actor_id, **init)
-            with anyio.move_on_after(5.0):
-                while rt.is_open:
-                    cell = rt.cells.get(actor_id)
-                    if cell is None:
-                        cell = await rt.activate(actor_id)
-                    if cell is not None:
-                        await cell.ready.wait()
-                        if cell.instance is not None and rt.cells.get(actor_id) is cell:
-                            return cell
-                    await anyio.sleep(0.005)
+        # One creator per id; the lock goes away with its last user (no entry per actor kept).
+        entry = self._locks.get(actor_id)
+        if entry is None:
+            entry = self._locks[actor_id] = [anyio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                return await self._start(actor_id, cls, init, dynamic)
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._locks[actor_id]
+
+    async def _start(
+        self, actor_id: str, cls: type[Any], init: dict[str, Any], dynamic: bool
+    ) -> Cell | None:
+        rt = self._rt
+        rec = await rt.store.get_actor(actor_id)
+        if rec is None:
+            await self._ensure_supervisor()
+            if dynamic:
+                await rt.add_child(GUARDS_SUPERVISOR, ChildSpec(cls, actor_id, **init))
+            else:
+                await rt.spawn_child(cls, actor_id, GUARDS_SUPERVISOR, init)
+        with anyio.move_on_after(5.0):
+            while rt.is_open:
+                cell = rt.cells.get(actor_id)
+                if cell is None:
+                    cell = await rt.activate(actor_id)
+                if cell is not None:
+                    await cell.ready.wait()
+                    if cell.instance is not None and rt.cells.get(actor_id) is cell:
+                        return cell
+                await anyio.sleep(0.005)
         return None
 
     async def _ensure_supervisor(self) -> None:

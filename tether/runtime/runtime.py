@@ -633,6 +633,9 @@ class Runtime:
             return False
         if self.cells.get(cell.actor_id) is cell:
             del self.cells[cell.actor_id]
+        known = self._known.get(cell.actor_id)
+        if known is not None and known[1] == "active":  # the store has it: read it again later
+            del self._known[cell.actor_id]
         return True
 
     # -- activation ---------------------------------------------------------------------------

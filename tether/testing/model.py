@@ -15,6 +15,7 @@ seen so far (the last tool result, the task's text)::
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -25,7 +26,8 @@ Script = Sequence[Decision] | Callable[[ModelRequest], Decision | Awaitable[Deci
 
 
 class ScriptedModel:
-    """A deterministic model (see the module docstring). ``calls`` counts real calls."""
+    """A deterministic model (see the module docstring). ``calls`` counts real calls;
+    ``requests`` holds the latest 100."""
 
     def __init__(self, script: Script) -> None:
         if callable(script):
@@ -41,7 +43,8 @@ class ScriptedModel:
             self._fn = None
             self._lines = lines
         self.calls = 0
-        self.requests: list[ModelRequest] = []
+        # the latest requests, for tests to look at (bounded: a long session asks many times)
+        self.requests: deque[ModelRequest] = deque(maxlen=100)
 
     async def decide(self, request: ModelRequest) -> Decision:
         self.calls += 1

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from tether.actors.actor import Actor
+from tether.actors.actor import Actor, class_path
 from tether.actors.guards.breaker import (
     BreakerClosed,
     BreakerCore,
@@ -42,8 +42,9 @@ from tether.actors.guards.loops import (
     LoopState,
 )
 from tether.actors.messages import Event, Message
+from tether.errors import ConfigError
 from tether.supervisor.spec import OneForOne
-from tether.supervisor.supervisor import Supervisor
+from tether.supervisor.supervisor import ChildEntry, Supervisor
 
 GUARDS_SUPERVISOR = "tether.guards"
 
@@ -57,14 +58,35 @@ def loops_id(actor_id: str) -> str:
 
 
 class GuardSupervisor(Supervisor):
-    """Supervises the guards: every tool's breaker and every session's loop guard. A guard
-    that fails is restarted and re-folds its journal; the sessions using it are not disturbed.
-    Guards start on first use, not with the supervisor: a runtime with 10,000 idle sessions
-    does not bring 10,000 loop guards into memory when it starts."""
+    """Supervises the guards: every tool's breaker and every session's loop guard and gate.
+    A guard that fails is restarted and re-folds its journal; the sessions using it are not
+    disturbed. Guards start on first use, not with the supervisor: a runtime with 10,000 idle
+    sessions does not bring 10,000 loop guards into memory when it starts.
+
+    Breakers are dynamic children (few, one per tool). A session's guards are children by
+    their records alone (``parent_id``), not entries in this supervisor's state: their child
+    entry follows from their id, so 10,000 sessions cost this supervisor nothing to remember.
+    """
 
     strategy = OneForOne(max_restarts=100, within=60.0)
     children: ClassVar[list[Any]] = []
     start_dynamic_children = False
+
+    def _entry(self, child_id: str) -> ChildEntry | None:
+        entry = super()._entry(child_id)
+        if entry is not None:
+            return entry
+        session, _, kind = child_id.rpartition("/")
+        cls = {"loops": LoopGuard, "gate": Gate}.get(kind)
+        if not session or cls is None:
+            return None
+        return ChildEntry(
+            child_id=child_id,
+            class_path=class_path(cls),
+            restart="permanent",
+            shutdown=5.0,
+            init=msgspec.msgpack.encode({"session_id": session}),
+        )
 
 
 class ResetBreaker(Message):
@@ -160,7 +182,8 @@ class LoopGuard(Actor[LoopState]):
 
         cell = self._tether_cell
         rows = await cell.runtime.store.find_effects(actor_id=self.session_id)
-        rows = [r for r in rows if r.created_at > self.state.reset_at]
+        unwatched = await _unwatched_tools(cell.runtime, self.session_id)
+        rows = [r for r in rows if r.created_at > self.state.reset_at and r.tool not in unwatched]
         rows.sort(key=lambda r: (r.created_at, r.msg_id, r.idx))
         events: list[LoopEvent] = []
         for r in rows[-self.policy.history :]:
@@ -260,3 +283,19 @@ class Gate(Actor[GateState]):
     def summary(self) -> str:
         s = self.state
         return f"{len(s.pending)} pending; {s.approved} approved, {s.rejected} rejected"
+
+
+async def _unwatched_tools(rt: Any, session_id: str) -> frozenset[str]:
+    """The tools of a session whose calls the live effect path never shows its loop guard
+    (``loop_guard=False``: the session's model)."""
+    from tether.actors.actor import import_class
+
+    rec = await rt.store.get_actor(session_id)
+    if rec is None:
+        return frozenset()
+    try:
+        cls = import_class(rec.class_path)
+    except ConfigError:
+        return frozenset()
+    tools = [*getattr(cls, "tools", ()), getattr(cls, "_model_tool", None)]
+    return frozenset(t.name for t in tools if t is not None and not t.loop_guard)
