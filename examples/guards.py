@@ -17,7 +17,6 @@ from pathlib import Path
 import anyio
 
 import tether
-from tether.actors.session import GetSessionInfo  # (not re-exported by tether yet)
 from tether.testing import ScriptedModel
 
 DB = "guards.db"
@@ -108,7 +107,7 @@ async def main() -> None:
         for cls, session_id in ((StubbornAgent, "stubborn"), (ListeningAgent, "listening")):
             session = await rt.spawn(cls, session_id, goal="Answer questions from the docs.")
             answer = await session.ask(tether.UserMessage("What is the refund policy?"), timeout=30)
-            info = await session.ask(GetSessionInfo(), timeout=10)
+            info = await session.ask(tether.GetSessionInfo(), timeout=10)
             print(f"  {session_id} ({cls.loop_policy.on_repeat if cls.loop_policy else '-'}):")
             print(f"    outcome: {info.outcome}")
             print(f"    answer:  {answer}")
