@@ -40,6 +40,14 @@ _MAYBE_DONE_STATUS = frozenset({408, 500, 502, 504})
 KEY_PARAMETER = "idempotency_key"
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """Retries of transient failures: exponential backoff with full jitter, capped.
 
@@ -52,15 +60,15 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     max_delay: float = 30.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.max_attempts, int) and self.max_attempts >= 1):
+        if not (_whole(self.max_attempts) and self.max_attempts >= 1):
             raise ConfigError(
                 f"RetryPolicy.max_attempts must be an int >= 1, not {self.max_attempts!r}"
             )
         for name in ("initial_delay", "max_delay"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and value >= 0):
+            if not (_number(value) and value >= 0):
                 raise ConfigError(f"RetryPolicy.{name} must be a number >= 0, not {value!r}")
-        if not (isinstance(self.multiplier, int | float) and self.multiplier >= 1):
+        if not (_number(self.multiplier) and self.multiplier >= 1):
             raise ConfigError(f"RetryPolicy.multiplier must be >= 1, not {self.multiplier!r}")
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:

@@ -45,13 +45,17 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
     approvers: int = 1
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.timeout, int | float) and self.timeout > 0):
+        if isinstance(self.timeout, bool) or not (
+            isinstance(self.timeout, int | float) and self.timeout > 0
+        ):
             raise ConfigError(f"ApprovalPolicy.timeout must be > 0 seconds, not {self.timeout!r}")
         if self.on_timeout not in ("reject", "approve"):
             raise ConfigError(
                 f"ApprovalPolicy.on_timeout must be 'reject' or 'approve', not {self.on_timeout!r}"
             )
-        if not (isinstance(self.approvers, int) and self.approvers >= 1):
+        if isinstance(self.approvers, bool) or not (
+            isinstance(self.approvers, int) and self.approvers >= 1
+        ):
             raise ConfigError(
                 f"ApprovalPolicy.approvers must be an int >= 1, not {self.approvers!r}"
             )

@@ -570,10 +570,19 @@ class Cell:
     async def _rescan(self) -> None:
         """Pick up messages stored by other processes (or before this activation)."""
         rows = await self.runtime.store.pending(self._actor_id, self.runtime.clock(), 1000)
-        for m in rows:
-            if m.msg_id not in self.known:
-                self.known.add(m.msg_id)
-                self.buffer.append(m)
+        fresh = [m for m in rows if m.msg_id not in self.known]
+        if fresh:
+            self.known.update(m.msg_id for m in fresh)
+            # A message offered while the scan read the store may be newer than the rows it
+            # found, or older (then it is among them): keep mailbox order either way. Messages
+            # the read did not see are newer than all of it and stay behind, in their order.
+            order = {m.msg_id: i for i, m in enumerate(rows)}
+            head = []
+            while self.buffer and self.buffer[0].local is not None:
+                head.append(self.buffer.popleft())  # system messages jump the queue
+            merged = sorted([*self.buffer, *fresh], key=lambda m: order.get(m.msg_id, len(rows)))
+            self.buffer.clear()
+            self.buffer.extend([*head, *merged])
         if len(rows) == 1000:
             self.rescan_requested = True
 
@@ -658,7 +667,7 @@ class Cell:
                     # Every counted attempt began and none finished: the process died each time.
                     await self._fail(
                         m,
-                        _unfinished(m, m.attempts),
+                        _unfinished(m, m.attempts, self.runtime.unfinished.get(m.msg_id)),
                         f"delivered {m.attempts} times without finishing",
                     )
                     return
@@ -671,7 +680,7 @@ class Cell:
                 msg = self._msg_decoder.decode(m.payload)
             except msgspec.DecodeError as exc:
                 errors = [
-                    *_unfinished(m, m.attempts - 1),
+                    *_unfinished(m, m.attempts - 1, self.runtime.unfinished.get(m.msg_id)),
                     f"attempt {m.attempts}: undecodable payload for {self._actor_id!r}: {exc}",
                 ]
                 await self._fail(m, errors, "undecodable message")
@@ -758,10 +767,15 @@ class Cell:
             telemetry.log.error(
                 "step_commit_failed", actor_id=self._actor_id, msg_id=m.msg_id, error=repr(exc)
             )
+            # Say why this attempt did not finish, should the message end in dead letters.
+            rt.unfinished.setdefault(m.msg_id, {})[m.attempts] = (
+                f"attempt {m.attempts}: its step could not be committed: {exc}"
+            )
             await self._reload()
             return
         self.seq = new_seq
         self.buffer.popleft()
+        rt.unfinished.pop(m.msg_id, None)
         self.known.discard(m.msg_id)
         self.claimed.discard(m.msg_id)
         self.processed += 1
@@ -817,7 +831,7 @@ class Cell:
             self.known.discard(m.msg_id)
         else:
             errors = [
-                *_unfinished(m, m.attempts - 1),
+                *_unfinished(m, m.attempts - 1, self.runtime.unfinished.get(m.msg_id)),
                 f"attempt {m.attempts}: {type(exc).__name__}: {exc}",
             ]
             if m.attempts >= self.runtime.max_attempts:
@@ -874,6 +888,7 @@ class Cell:
         )
         if self.buffer and self.buffer[0] is m:
             self.buffer.popleft()
+        self.runtime.unfinished.pop(m.msg_id, None)
         self.known.discard(m.msg_id)
         self.claimed.discard(m.msg_id)
         telemetry.dead_letters.add(1)
@@ -910,12 +925,13 @@ class Cell:
         await self.restart()
 
 
-def _unfinished(m: StoredMessage, upto: int) -> list[str]:
+def _unfinished(m: StoredMessage, upto: int, known: dict[int, str] | None = None) -> list[str]:
     """The error history, plus an entry for each counted attempt up to ``upto`` that never
-    reported back: the process stopped while it ran."""
+    reported back: the process stopped while it ran, or (``known``) its commit failed."""
     errors = list(m.errors)
+    known = known or {}
     errors.extend(
-        f"attempt {n}: did not finish (the process stopped during delivery)"
+        known.get(n, f"attempt {n}: did not finish (the process stopped during delivery)")
         for n in range(len(errors) + 1, upto + 1)
     )
     return errors

@@ -146,6 +146,8 @@ class Runtime:
         self.committer = GroupCommitter(store)
         self.cells: dict[str, Cell] = {}
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
+        # msg id -> attempt -> why it did not finish (its commit failed), for its error history
+        self.unfinished: dict[str, dict[int, str]] = {}
         # msg ids this runtime parked: when they come back (unparked by any process), the
         # scheduler must pick them up even though their ids carry this runtime's prefix
         self.parked: set[str] = set()
@@ -345,8 +347,7 @@ class Runtime:
         self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None
     ) -> Any:
         self._check_open()
-        if timeout <= 0:
-            raise ConfigError(f"ask timeout must be positive, not {timeout!r}")
+        _positive("ask timeout", timeout)
         new = await self._prepare(actor_id, msg, dedup_key, None, wants_reply=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -426,7 +427,14 @@ class Runtime:
             raise ConfigError(f"delay must be a number of seconds >= 0, not {delay!r}")
         if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key):
             raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
-        payload = self.encode(msg)
+        try:
+            payload = self.encode(msg)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise MessageRejected(
+                actor_id,
+                f"{type(msg).__name__} that cannot be encoded ({exc})",
+                spec.accepted_names,
+            ) from exc
         if len(payload) > self.max_message_bytes:
             raise MessageRejected(
                 actor_id,
@@ -612,7 +620,17 @@ class Runtime:
     def activation_failed(self, actor_id: str, exc: Exception) -> None:
         n = self._failures.get(actor_id, 0) + 1
         self._failures[actor_id] = n
-        self._not_before[actor_id] = self.clock() + min(60.0, 0.5 * 2**n)
+        delay = min(60.0, 0.5 * 2**n)
+        self._not_before[actor_id] = self.clock() + delay
+        # Try again once the backoff is over: the actor may hold queued mail that no new send
+        # and no orphan scan will bring up (its lease is still ours, and renewed).
+        if self._open and self.serving and self._tg is not None:
+            self._tg.start_soon(self._activate_later, actor_id, delay)
+
+    async def _activate_later(self, actor_id: str, delay: float) -> None:
+        await self.time.sleep(delay)
+        if actor_id not in self.cells:
+            self._activate_soon(actor_id)
 
     def cell_exited(self, cell: Cell) -> None:
         if self.cells.get(cell.actor_id) is cell:
@@ -698,6 +716,12 @@ class Runtime:
         try:
             rec = await self.store.get_actor(actor_id)
             if rec is None:
+                # Every send checks the registry, so only a damaged store holds mail for an
+                # actor it does not know: dead-letter that mail, with the reason, at once.
+                telemetry.log.error("mail_for_unknown_actor", actor_id=actor_id)
+                await self.committer.submit(
+                    self.stop_record(actor_id, f"no actor {actor_id!r} in this store")
+                )
                 return None
             spec = actor_spec(import_class(rec.class_path))
             if rec.status != "active":

@@ -152,6 +152,10 @@ CREATE TABLE runtimes (
 );
 """
 
+_TABLES = frozenset(
+    line.split()[2] for line in _SCHEMA.splitlines() if line.startswith("CREATE TABLE")
+)
+
 # msgpack of an empty list: what a NULL ``errors`` column means.
 _NO_ERRORS = b"\x90"
 _CHUNK = 500  # rows per IN (...) list: well under SQLite's bound-parameter limit
@@ -167,6 +171,12 @@ def _decode_errors(blob: bytes | None, where: str) -> list[str]:
         return _errors_decoder.decode(blob)
     except msgspec.DecodeError:
         return [f"(error history of {where} is unreadable)"]
+
+
+def _store_error(what: str, exc: sqlite3.Error) -> StoreError:
+    """A StoreError for a failed statement; CorruptRecordError when the file is damaged."""
+    damaged = getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+    return (CorruptRecordError if damaged else StoreError)(f"{what}: {exc}")
 
 
 def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
@@ -442,6 +452,12 @@ class SqliteStore:
                         f"store {self.path!r} has schema version {found!r}; this tether reads "
                         f"version {SCHEMA_VERSION} and never migrates silently"
                     )
+                missing = sorted(_TABLES - tables)
+                if missing:
+                    raise SchemaVersionError(
+                        f"store {self.path!r} has schema version {found} but lacks the "
+                        f"table(s) {', '.join(missing)}: it is damaged"
+                    )
             await db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -466,7 +482,17 @@ class SqliteStore:
     async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         # On ":memory:" the reader is the writer: its thread runs whole batches, so a read never
         # sees half of one.
-        return await self._r().execute_fetchall(sql, params)
+        try:
+            return await self._r().execute_fetchall(sql, params)
+        except sqlite3.Error as exc:
+            raise _store_error(f"read from {self.path!r} failed", exc) from exc
+
+    async def _transaction(self, fn: Callable[[_Tx], Coroutine[Any, Any, T]]) -> T:
+        """A small write outside the group committer, its sqlite3 errors as StoreError."""
+        try:
+            return await self._w().transaction(fn)
+        except sqlite3.Error as exc:
+            raise _store_error(f"write to {self.path!r} failed", exc) from exc
 
     # -- the batch ----------------------------------------------------------------------------
 
@@ -897,7 +923,7 @@ class SqliteStore:
                 counts.append(cur.rowcount)
             return counts
 
-        return await self._w().transaction(statements)
+        return await self._transaction(statements)
 
     async def renew_leases(self, owner: str, expires: float) -> None:
         await self._write(
@@ -998,13 +1024,13 @@ class SqliteStore:
             await _unpark(db, rows[0][0], now)
             return record
 
-        return await self._w().transaction(resolve)
+        return await self._transaction(resolve)
 
     async def unpark(self, msg_id: str, now: float) -> bool:
         async def move(db: _Tx) -> bool:
             return await _unpark(db, msg_id, now)
 
-        return await self._w().transaction(move)
+        return await self._transaction(move)
 
     async def find_approvals(
         self,
@@ -1046,7 +1072,7 @@ class SqliteStore:
                 await _unpark(db, record.msg_id, record.decided_at or 0.0)
             return swapped
 
-        return await self._w().transaction(swap)
+        return await self._transaction(swap)
 
     async def purge_receipts(self, before: float) -> int:
         counts = await self._write(

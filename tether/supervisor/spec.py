@@ -48,7 +48,10 @@ class Backoff:
         *,
         rng: random.Random | None = None,
     ) -> None:
-        if not (initial >= 0 and max >= initial and multiplier >= 1 and reset_after >= 0):
+        numbers = (initial, max, multiplier, reset_after)
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in numbers) or not (
+            initial >= 0 and max >= initial and multiplier >= 1 and reset_after >= 0
+        ):
             raise ConfigError(
                 "Backoff needs 0 <= initial <= max, multiplier >= 1 and reset_after >= 0, got "
                 f"initial={initial!r} max={max!r} multiplier={multiplier!r} reset_after={reset_after!r}"
@@ -84,7 +87,7 @@ class Strategy(abc.ABC):
     ) -> None:
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise ConfigError(f"max_restarts must be an integer >= 0, not {max_restarts!r}")
-        if not isinstance(within, int | float) or within <= 0:
+        if isinstance(within, bool) or not isinstance(within, int | float) or not within > 0:
             raise ConfigError(f"within must be a positive number of seconds, not {within!r}")
         self.max_restarts = max_restarts
         self.within = float(within)
@@ -157,7 +160,11 @@ class ChildSpec:
             )
         if not (
             shutdown in ("brutal", "infinity")
-            or (isinstance(shutdown, int | float) and shutdown >= 0)
+            or (
+                isinstance(shutdown, int | float)
+                and not isinstance(shutdown, bool)
+                and shutdown >= 0
+            )
         ):
             raise ConfigError(
                 f"child {child_id!r}: shutdown must be seconds >= 0, 'brutal' or 'infinity', not {shutdown!r}"

@@ -1,0 +1,269 @@
+"""Actors, tools and models for the bad-input tests (module level: recovery imports them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import msgspec
+
+import tether
+from tether.testing import ScriptedModel
+
+# -- a ledger actor ------------------------------------------------------------------------------
+
+
+class Add(tether.Message):
+    amount: int
+
+
+class Boom(tether.Message):
+    """Persist +1000, then raise while ``FAILS[key]`` is below ``times``."""
+
+    key: str
+    times: int
+
+
+class Nap(tether.Message):
+    seconds: float
+
+
+class Log(tether.Message):
+    pass
+
+
+class Blob(tether.Message):
+    data: bytes = b""
+
+
+class Anything(tether.Message):
+    value: Any = None
+
+
+class Stranger(tether.Message):
+    """A message no actor here accepts."""
+
+    amount: int = 0
+
+
+class Grow(tether.Message):
+    """Persist an event of ``size`` bytes (it needs new pages in the store)."""
+
+    size: int
+
+
+class Added(tether.Event):
+    amount: int
+
+
+class Padded(tether.Event):
+    data: bytes
+
+
+class LedgerState(msgspec.Struct):
+    log: list[int] = msgspec.field(default_factory=list)
+
+
+FAILS: dict[str, int] = {}
+
+
+class Ledger(tether.Actor[LedgerState]):
+    initial_state = LedgerState()
+
+    def apply(self, state: LedgerState, event: Added | Padded) -> LedgerState:
+        amount = event.amount if isinstance(event, Added) else len(event.data)
+        return LedgerState(log=[*state.log, amount])
+
+    async def handle(
+        self, msg: Add | Boom | Nap | Log | Blob | Anything | Grow
+    ) -> list[int] | None:
+        match msg:
+            case Add(amount=a):
+                self.persist(Added(amount=a))
+            case Boom(key=k, times=n):
+                self.persist(Added(amount=1000))
+                if FAILS.get(k, 0) < n:
+                    FAILS[k] = FAILS.get(k, 0) + 1
+                    raise RuntimeError(f"boom {k}")
+            case Nap(seconds=t):
+                await anyio.sleep(t)
+            case Log():
+                return self.state.log
+            case Blob(data=d):
+                self.persist(Added(amount=len(d)))
+            case Anything():
+                self.persist(Added(amount=1))
+            case Grow(size=n):
+                self.persist(Padded(data=b"p" * n))
+        return None
+
+
+def fold(payloads: list[bytes]) -> list[int]:
+    """The fold of a Ledger journal, decoded straight from the stored payloads (I3)."""
+    decoder = msgspec.msgpack.Decoder(Added | Padded)
+    events = [decoder.decode(p) for p in payloads]
+    return [e.amount if isinstance(e, Added) else len(e.data) for e in events]
+
+
+# -- effects -------------------------------------------------------------------------------------
+
+# Every call the tools below receive: (tool, idempotency key or args).
+CALLS: list[tuple[str, str]] = []
+# order id -> transient failures still to raise before `pay` succeeds
+TRANSIENT: dict[str, int] = {}
+# order ids whose next `ship` call times out (an ambiguous outcome: quarantined)
+AMBIGUOUS: set[str] = set()
+
+
+@tether.tool(
+    recovery="retry", breaker=None, retry=tether.RetryPolicy(max_attempts=3, initial_delay=0)
+)
+async def pay(order_id: str, cents: int, idempotency_key: str) -> str:
+    """Pay an order (honors idempotency keys)."""
+    CALLS.append(("pay", idempotency_key))
+    left = TRANSIENT.get(order_id, 0)
+    if left:
+        TRANSIENT[order_id] = left - 1
+        raise tether.TransientToolError("pay", "503 service unavailable", status_code=503)
+    return f"paid {cents} for {order_id}"
+
+
+@tether.tool(breaker=None, retry=tether.RetryPolicy(max_attempts=1))
+async def ship(order_id: str, idempotency_key: str) -> str:
+    """Ship an order (quarantined when its outcome is unknown)."""
+    CALLS.append(("ship", idempotency_key))
+    if order_id in AMBIGUOUS:
+        AMBIGUOUS.discard(order_id)
+        raise TimeoutError("the carrier did not answer")
+    return f"shipped {order_id}"
+
+
+@tether.tool(recovery="retry", breaker=None, requires_approval=True)
+async def wire(to: str, cents: int, idempotency_key: str) -> str:
+    """Wire money: always held for a person."""
+    CALLS.append(("wire", idempotency_key))
+    return f"wired {cents} to {to}"
+
+
+class Pay(tether.Message):
+    order_id: str
+    cents: int
+
+
+class Ship(tether.Message):
+    order_id: str
+
+
+class Wire(tether.Message):
+    to: str
+    cents: int
+
+
+class Outcome(tether.Event):
+    text: str
+
+
+class ShopState(msgspec.Struct):
+    outcomes: list[str] = msgspec.field(default_factory=list)
+
+
+class Shop(tether.Actor[ShopState]):
+    initial_state = ShopState()
+    approval_policy = tether.ApprovalPolicy(timeout=3600)
+
+    def apply(self, state: ShopState, event: Outcome) -> ShopState:
+        return ShopState(outcomes=[*state.outcomes, event.text])
+
+    async def handle(self, msg: Pay | Ship | Wire | Log) -> list[str] | str:
+        match msg:
+            case Pay(order_id=o, cents=c):
+                try:
+                    text = await self.effect(pay, order_id=o, cents=c)
+                except tether.ToolFailed as exc:
+                    text = f"pay {o} failed: {exc.error}"
+            case Ship(order_id=o):
+                try:
+                    text = await self.effect(ship, order_id=o)
+                except tether.EffectAborted as exc:
+                    text = f"ship {o} aborted: {exc.reason}"
+            case Wire(to=t, cents=c):
+                try:
+                    text = await self.effect(wire, to=t, cents=c)
+                except tether.ApprovalRejected as exc:
+                    text = f"wire {t} rejected: {exc.reason}"
+            case Log():
+                return self.state.outcomes
+        self.persist(Outcome(text=text))
+        return text
+
+
+# -- agent sessions fed bad decisions ------------------------------------------------------------
+
+LOOKUPS: list[str] = []
+
+
+@tether.tool(recovery="retry", breaker=None)
+async def lookup(order_id: str, verbose: bool = False) -> str:
+    """Look an order up by id."""
+    LOOKUPS.append(order_id)
+    return f"order {order_id} is delivered"
+
+
+class Script:
+    """A model whose decisions are set per test (any object, right or wrong)."""
+
+    def __init__(self) -> None:
+        self.lines: list[Any] = []
+        self.requests: list[tether.ModelRequest] = []
+
+    async def decide(self, request: tether.ModelRequest) -> Any:
+        self.requests.append(request)
+        if request.decisions < len(self.lines):
+            return self.lines[request.decisions]
+        return tether.FinalAnswer(text="out of script")
+
+
+SCRIPT = Script()
+
+
+class Clerk(tether.AgentSession):
+    tools = [lookup]
+    model = SCRIPT  # type: ignore[assignment]
+    loop_policy = None
+
+
+class FixedClerk(tether.AgentSession):
+    """Corrects itself after one bad call (for the 'fed back once' rule)."""
+
+    tools = [lookup]
+    model = ScriptedModel(
+        [
+            tether.ToolCall(tool="lookup", args={"order": "42"}),  # unknown field
+            tether.ToolCall(tool="lookup", args={"order_id": "42"}),
+            tether.ToolCall(tool="lookup", args={"order_id": ["42"]}),  # wrong type
+            tether.ToolCall(tool="lookup", args={"order_id": "43"}),
+            tether.FinalAnswer(text="both delivered"),
+        ]
+    )
+    loop_policy = None
+
+
+# -- a relay (sends from inside a handler) -------------------------------------------------------
+
+
+class RelayBlob(tether.Message):
+    size: int
+
+
+class Relay(tether.Actor[LedgerState]):
+    initial_state = LedgerState()
+
+    def apply(self, state: LedgerState, event: Added) -> LedgerState:
+        return LedgerState(log=[*state.log, event.amount])
+
+    async def handle(self, msg: RelayBlob | Log) -> list[int] | None:
+        if isinstance(msg, Log):
+            return self.state.log
+        self.persist(Added(amount=msg.size))
+        await self.ref("sink").tell(Blob(data=b"z" * msg.size))
+        return None
