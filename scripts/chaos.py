@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time())
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="tether-chaos-"))
+    if workdir.exists() and any(workdir.iterdir()):
+        parser.error(f"--dir {workdir} is not empty: a world starts from empty files")
     spec = WorldSpec(
         kills=args.kills,
         sessions=args.sessions,

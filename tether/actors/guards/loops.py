@@ -276,9 +276,9 @@ class LoopDetector:
         if isinstance(event, LoopResultObserved):
             for i, call in enumerate(state.history):
                 if (
-                    call.result_hash is None
+                    call.args_hash == event.args_hash
+                    and call.result_hash is None
                     and call.tool == event.tool
-                    and call.args_hash == event.args_hash
                 ):
                     filled = LoopCall(call.tool, call.args_hash, event.result_hash, call.slot)
                     history = (*state.history[:i], filled, *state.history[i + 1 :])
@@ -367,7 +367,7 @@ class LoopDetector:
         if policy.repeat is not None and not exempt:
             run = 0
             for call in reversed(seq):
-                if (call.tool, call.args_hash) != sig:
+                if call.args_hash != last.args_hash or call.tool != last.tool:
                     break
                 run += 1
             if run >= policy.repeat:
@@ -385,7 +385,9 @@ class LoopDetector:
 
         if policy.window is not None and not exempt:
             recent = seq[-policy.window_size :]
-            same = [c for c in recent if (c.tool, c.args_hash) == sig]
+            tool, args_hash = sig
+            # args_hash first: it almost never matches, so most calls cost one compare each
+            same = [c for c in recent if c.args_hash == args_hash and c.tool == tool]
             distinct = {c.result_hash for c in same if c.result_hash is not None}
             count = len(same) - max(0, len(distinct) - 1)
             if count >= policy.window:
@@ -436,7 +438,7 @@ class LoopDetector:
         results = [
             c.result_hash
             for c in self.state.history[-policy.window_size :]
-            if c.tool == tool and c.args_hash == args_hash and c.result_hash is not None
+            if c.args_hash == args_hash and c.tool == tool and c.result_hash is not None
         ]
         run = 0
         for result in reversed(results):
