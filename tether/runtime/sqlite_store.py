@@ -41,6 +41,7 @@ from tether.runtime.store import (
     DeadLetter,
     EffectRecord,
     JournalRow,
+    NewMessage,
     Reply,
     Snapshot,
     StoredMessage,
@@ -592,41 +593,14 @@ class SqliteStore:
                         "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, "
                         "wants_reply, created_at, attempts) VALUES ",
                         "(?, ?, ?, ?, ?, ?, ?, ?)",
-                        [
-                            (
-                                m.msg_id,
-                                m.actor_id,
-                                m.type,
-                                m.payload,
-                                m.deliver_at,
-                                int(m.wants_reply),
-                                m.created_at,
-                                m.attempts,
-                            )
-                            for m in run
-                        ],
+                        [_mailbox_row(m) for m in run],
                     )
                     continue
                 await db.executemany(
                     "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts) "
                     "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
                     "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
-                    [
-                        (
-                            m.msg_id,
-                            m.actor_id,
-                            m.type,
-                            m.payload,
-                            m.deliver_at,
-                            int(m.wants_reply),
-                            m.created_at,
-                            m.attempts,
-                            m.actor_id,
-                            m.dedup_key,
-                            m.msg_id,
-                        )
-                        for m in run
-                    ],
+                    [(*_mailbox_row(m), m.actor_id, m.dedup_key, m.msg_id) for m in run],
                 )
             if keyed:
                 ours = {(m.actor_id, m.dedup_key): m.msg_id for m in keyed}
@@ -1098,6 +1072,20 @@ _UPSERT_EFFECT = (
     "attempts = excluded.attempts, result = excluded.result, error = excluded.error, "
     "reason = excluded.reason, history = excluded.history, updated_at = excluded.updated_at"
 )
+
+
+def _mailbox_row(m: NewMessage) -> tuple[Any, ...]:
+    """A new message's mailbox columns, in the order the inserts name them."""
+    return (
+        m.msg_id,
+        m.actor_id,
+        m.type,
+        m.payload,
+        m.deliver_at,
+        int(m.wants_reply),
+        m.created_at,
+        m.attempts,
+    )
 
 
 def _effect_row(e: EffectRecord) -> tuple[Any, ...]:
