@@ -78,6 +78,7 @@ from run import (  # the house method, shared with run.py
     Figure,
     Sample,
     Scenario,
+    finish,
     fmt,
     git_revision,
     rm_scratch,
@@ -659,35 +660,8 @@ def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
     print()
     print(table(b, targets))
     print(f"\n({time.perf_counter() - t0:.0f} s)")
-    if json_path:
-        raw = {
-            "meta": meta,
-            "sizes": asdict(sizes),
-            "effects_per_step": EFFECTS_PER_STEP,
-            "figures": [
-                {
-                    "key": f.key,
-                    "label": f.label,
-                    "unit": f.unit,
-                    "samples": [{"count": n, "seconds": s} for n, s in f.samples],
-                    "min": min(f.rates) if f.ok else None,
-                    "median": f.median if f.ok else None,
-                    "max": max(f.rates) if f.ok else None,
-                    "note": f.note,
-                    "error": f.error,
-                    "skipped": f.skipped,
-                }
-                for f in b.figures.values()
-            ],
-            "targets": targets,
-            "extra": b.extra,
-        }
-        Path(json_path).write_text(json.dumps(raw, indent=2) + "\n")
-        print(f"raw results: {json_path}")
-    failed = [f.key for f in b.figures.values() if f.error is not None and not f.skipped]
-    if failed:
-        print(f"failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    extra = {"sizes": asdict(sizes), "effects_per_step": EFFECTS_PER_STEP}
+    return finish(b, targets, meta, extra, json_path)
 
 
 if __name__ == "__main__":

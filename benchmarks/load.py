@@ -46,7 +46,6 @@ import platform
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +63,9 @@ import tether
 from tether.actors.session import SessionEvent, TaskEnded, TaskStarted, UserSaid
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from run import git_revision  # noqa: E402 - the house helpers, beside this script
+
 DATA_DIR = HERE / "_data"
 ASK_TIMEOUT = 300.0  # a timeout here means a hang, not a slow run
 
@@ -666,19 +668,6 @@ def table(res: dict[str, Any]) -> str:
     lines = ["| figure | value | note |", "|---|---:|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
-
-
-def git_revision() -> str | None:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "tether"], cwd=HERE.parent, capture_output=True
-        ).stdout.strip()
-    except OSError:
-        return None
-    return (head + ("+dirty" if dirty else "")) or None
 
 
 # ----------------------------------------------------------------------------- main

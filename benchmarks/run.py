@@ -913,10 +913,21 @@ def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
     print()
     print(table(b, targets))
     print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return finish(b, targets, meta, {"sizes": asdict(sizes)}, json_path)
+
+
+def finish(
+    b: Bench,
+    targets: list[dict[str, Any]],
+    meta: dict[str, Any],
+    extra: dict[str, Any],
+    json_path: str | None,
+) -> int:
+    """Write every raw sample to ``json_path`` (if given); exit status 1 if a figure failed."""
     if json_path:
         raw = {
             "meta": meta,
-            "sizes": asdict(sizes),
+            **extra,
             "figures": [
                 {
                     "key": f.key,
