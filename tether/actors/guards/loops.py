@@ -264,13 +264,18 @@ class LoopDetector:
     def apply(self, state: LoopState, event: LoopEvent) -> LoopState:
         """The state after ``event``. Pure: reads only the policy's history bound."""
         keep = self.policy.history
-        if isinstance(event, LoopCallObserved):
-            call = LoopCall(tool=event.tool, args_hash=event.args_hash, slot=event.slot)
+        if isinstance(event, LoopCallObserved):  # once per call: kept cheap
+            history = state.history
+            if len(history) >= keep:
+                history = history[len(history) - keep + 1 :]
             calls = state.calls + 1
+            feedbacks = state.feedbacks
+            if feedbacks:
+                feedbacks = tuple(n for n in feedbacks if n > calls - keep)
             return LoopState(
-                history=(*state.history, call)[-keep:],
+                history=(*history, LoopCall(event.tool, event.args_hash, None, event.slot)),
                 calls=calls,
-                feedbacks=tuple(n for n in state.feedbacks if n > calls - keep),
+                feedbacks=feedbacks,
                 reset_at=state.reset_at,
             )
         if isinstance(event, LoopResultObserved):
