@@ -50,7 +50,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import anyio
 import msgspec
 import structlog
@@ -455,6 +454,8 @@ async def raw_executemany(n: int, batch: int = 100, n_actors: int = 16) -> Sampl
         c.execute(JOURNAL_SCHEMA)
         c.commit()
         c.close()
+        import aiosqlite  # the bench extra: only the raw baselines need it
+
         async with aiosqlite.connect(path) as db:
             await db.execute("PRAGMA synchronous=FULL")
             t0 = time.perf_counter()
@@ -568,6 +569,8 @@ async def raw_recover(path: Path, n_events: int, expected: Ledger) -> Sample:
     connect + ``execute_fetchall`` of the payload column + msgspec decode + the same fold."""
     decode = _event_decoder.decode
     apply = LedgerActor().apply  # the same fold tether runs
+    import aiosqlite  # the bench extra: only the raw baselines need it
+
     t0 = time.perf_counter()
     async with aiosqlite.connect(path) as db:
         rows = await db.execute_fetchall(
