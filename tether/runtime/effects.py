@@ -418,10 +418,7 @@ class _Effect:
         if detection is not None:
             self.loops.hold(detection)  # told before the session's next call
 
-    def _requested(self) -> dict[str, Any]:
-        return msgspec.msgpack.decode(self.args_blob, type=dict[str, Any])
-
-    def _admit(self, rec: EffectRecord) -> CallToken | None:
+    def _admit(self) -> CallToken | None:
         """The breaker's admission of the next attempt; ``ToolUnavailable`` if it is open."""
         breaker = self.breaker
         if breaker is None:
@@ -471,7 +468,7 @@ class _Effect:
         tool = self.tool
         while True:
             try:
-                token = self._admit(rec)
+                token = self._admit()
             except ToolUnavailable:
                 await self._flush()
                 if not first:
