@@ -52,8 +52,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import platform
 import sqlite3
 import statistics
 import subprocess
@@ -80,10 +78,9 @@ from run import (  # the house method, shared with run.py
     Scenario,
     finish,
     fmt,
-    git_revision,
     rm_scratch,
+    run_meta,
     scratch_dir,
-    versions,
 )
 
 # The runtime's info lines would drown the table.
@@ -637,17 +634,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
-    meta = {
-        "python": sys.version.split()[0],
-        "sqlite": sqlite3.sqlite_version,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "mode": "quick" if quick else "full",
-        "runs": sizes.runs,
-        "git": git_revision(),
-        **versions("tether", "aiosqlite", "msgspec", "anyio", "dbos", "SQLAlchemy"),
-    }
+    packages = ("tether", "aiosqlite", "msgspec", "anyio", "dbos", "SQLAlchemy")
+    meta = run_meta(quick, sizes.runs, *packages)
     print(
         f"tether effects benchmark, {meta['mode']} mode: median of {sizes.runs} run(s) after 1 "
         f"warm-up. Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs, "

@@ -893,17 +893,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
-    meta = {
-        "python": sys.version.split()[0],
-        "sqlite": sqlite3.sqlite_version,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "mode": "quick" if quick else "full",
-        "runs": sizes.runs,
-        "git": git_revision(),
-        **versions("tether", "aiosqlite", "msgspec", "anyio", "pykka"),
-    }
+    meta = run_meta(quick, sizes.runs, "tether", "aiosqlite", "msgspec", "anyio", "pykka")
     print(
         f"tether benchmarks, {meta['mode']} mode: median of {sizes.runs} run(s) after 1 warm-up. "
         f"Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs, "
@@ -917,6 +907,21 @@ def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
     print(table(b, targets))
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return finish(b, targets, meta, {"sizes": asdict(sizes)}, json_path)
+
+
+def run_meta(quick: bool, runs: int, *packages: str) -> dict[str, Any]:
+    """What a result was measured on: machine, versions, mode, commit."""
+    return {
+        "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "mode": "quick" if quick else "full",
+        "runs": runs,
+        "git": git_revision(),
+        **versions(*packages),
+    }
 
 
 def finish(
