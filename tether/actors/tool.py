@@ -21,6 +21,7 @@ Errors a tool raises are sorted by what they say about the call (``seeds/004``):
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import random
 import typing
@@ -38,6 +39,11 @@ _RECOVERIES = ("retry", "reconcile", "quarantine")
 _NOT_DONE_STATUS = frozenset({429, 503})
 _MAYBE_DONE_STATUS = frozenset({408, 500, 502, 504})
 KEY_PARAMETER = "idempotency_key"
+
+# Reused encoders (the same bytes as msgspec.json.encode(..., order="sorted") and
+# msgspec.msgpack.encode, without building an encoder per call).
+_canonical_json = msgspec.json.Encoder(order="sorted")
+_msgpack = msgspec.msgpack.Encoder()
 
 
 def _whole(value: object) -> bool:
@@ -173,8 +179,6 @@ class Tool:
 
     def prepare(self, args: dict[str, Any]) -> PreparedCall:
         """Validate ``args`` against the input schema; ``ToolInputError`` names the field."""
-        import hashlib
-
         if KEY_PARAMETER in args:
             raise ToolInputError(
                 self.name, f"{KEY_PARAMETER!r} is supplied by the runtime, never by the caller"
@@ -184,12 +188,10 @@ class Tool:
         except msgspec.ValidationError as exc:
             raise ToolInputError(self.name, str(exc)) from None
         builtins = msgspec.to_builtins(validated)
-        canonical = msgspec.json.encode(builtins, order="sorted")
-        kwargs = {f: getattr(validated, f) for f in self.args_type.__struct_fields__}
         return PreparedCall(
-            kwargs=kwargs,
-            args_blob=msgspec.msgpack.encode(builtins),
-            input_hash=hashlib.sha256(canonical).hexdigest(),
+            kwargs=msgspec.structs.asdict(validated),  # every field, by name, unconverted
+            args_blob=_msgpack.encode(builtins),
+            input_hash=hashlib.sha256(_canonical_json.encode(builtins)).hexdigest(),
         )
 
     def encode_result(self, value: Any) -> bytes:

@@ -106,6 +106,26 @@ async def _traced(run: _Effect, tool: Tool, key: str, idx: int) -> Any:
 class _Effect:
     """One effect being resolved: replayed from the ledger, or called."""
 
+    # One per effect, its attributes read on every step of the call: slots, not a dict.
+    __slots__ = (
+        "_log",
+        "args_blob",
+        "args_hash",
+        "attempt",
+        "breaker",
+        "cell",
+        "idx",
+        "input_hash",
+        "key",
+        "kwargs",
+        "loops",
+        "m",
+        "pending",
+        "replayed",
+        "step",
+        "tool",
+    )
+
     def __init__(
         self,
         cell: Cell,

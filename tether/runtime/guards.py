@@ -65,9 +65,7 @@ class BreakerGuard:
         return self.cell.instance.core()
 
     def admit(self, now: float) -> tuple[Admission, list[Any]]:
-        core = self._core()
-        admission, events = core.admit(now)
-        return admission, events
+        return self._core().admit(now)
 
     def outcome(self, exc: BaseException | None) -> str:
         if exc is None or not isinstance(exc, Exception):
