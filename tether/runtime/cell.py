@@ -632,7 +632,7 @@ class Cell:
         # Every log line of the handler (the user's own structlog calls included) carries the
         # actor and the session (bound once: the cell runs in a task of its own) and the
         # message; with tracing on, the trace too.
-        structlog.contextvars.bind_contextvars(msg_id=m.msg_id)
+        telemetry.bind_msg_id(m.msg_id)
         try:
             if telemetry.tracing_enabled():
                 attributes = {
@@ -904,6 +904,12 @@ class Cell:
     async def _commit(self, write: Any) -> Any:
         deferred = self._submit_deferred()
         try:
+            if (
+                not deferred
+            ):  # nothing to share a batch with: a store that never waits applies it now
+                result = self.runtime.committer.apply_now(write)
+                if result is not None:
+                    return result
             fut = self.runtime.committer.submit(write)  # same batch as the deferred receipts
             if deferred:
                 await asyncio.gather(*deferred)

@@ -97,7 +97,7 @@ class MemoryStore:
         stale = result.stale
         last_seq: dict[str, int] = {}
         for st in batch.steps:
-            if st.actor_id in stale or not st.events:
+            if not st.events or st.actor_id in stale:
                 continue
             for ev in st.events:
                 have = self.journal.get(st.actor_id)
@@ -145,9 +145,21 @@ class MemoryStore:
                 result.leases[acq.actor_id] = None
 
         steps = [s for s in batch.steps if s.actor_id not in stale] if stale else batch.steps
-        for m in (
-            [*batch.messages, *(o for s in steps for o in s.outbox)] if steps else batch.messages
-        ):
+        # Plain loops, not comprehensions, over the steps: cheaper for the usual one write.
+        messages = batch.messages  # then the steps' outboxes, in order
+        claims = [c.msg_id for c in batch.claims if c.actor_id not in stale] if batch.claims else []
+        stop_ops: list[StopActor] = []
+        for s in steps:
+            if s.outbox:
+                if messages is batch.messages:
+                    messages = list(messages)
+                messages.extend(s.outbox)
+            if s.claim_next is not None:
+                claims.append(s.claim_next)
+            if s.stop is not None:
+                stop_ops.append(s.stop)
+        stop_ops += batch.stops
+        for m in messages:
             if m.dedup_key is not None:
                 stored = dedup.setdefault((m.actor_id, m.dedup_key), (m.msg_id, m.created_at))[0]
                 if stored != m.msg_id:
@@ -167,12 +179,18 @@ class MemoryStore:
             for late in s.late_replies:
                 replies[late.msg_id] = _ReplyRow(Reply(late.msg_id, True, late.payload), late.at)
 
-        claims = [c.msg_id for c in batch.claims if c.actor_id not in stale]
-        claims += [s.claim_next for s in steps if s.claim_next is not None]
         for msg_id in claims:
             row = mailbox.get(msg_id)
             if row is not None:
                 row.attempts += 1  # a row is never shared: reads hand out copies
+        if batch.failures or batch.effects or batch.parks or stop_ops:
+            self._apply_rest(batch, stale, stop_ops)
+        return result
+
+    def _apply_rest(self, batch: Batch, stale: set[str], stop_ops: list[StopActor]) -> None:
+        """The rarer writes of ``apply_sync`` (failures, the ledger, parks, stops), after the
+        checks: nothing here can fail."""
+        actors, mailbox = self.actors, self.mailbox
 
         dead_letter = self._dead_letter
         for f in batch.failures:
@@ -202,8 +220,6 @@ class MemoryStore:
                     parks=row.parks + 1,
                 )
 
-        stop_ops: list[StopActor] = [s.stop for s in steps if s.stop is not None]
-        stop_ops += batch.stops
         for halt in stop_ops:
             rec = actors.get(halt.actor_id)
             if rec is not None:
@@ -227,7 +243,6 @@ class MemoryStore:
                             notice_id, watcher, "Terminated", halt.notice, halt.now, halt.now
                         ),
                     )
-        return result
 
     def _dead_letter(self, msg_id: str, reason: str, at: float) -> None:
         row = self.mailbox.pop(msg_id, None)

@@ -333,13 +333,16 @@ class Runtime:
         self, actor_id: str, msg: Message, *, dedup_key: str | None, delay: float | None
     ) -> None:
         self._check_open()
-        new = await self._prepare(actor_id, msg, dedup_key, delay, wants_reply=False)
+        spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
+        new = self._prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
         step = current_step.get()
         if step is not None and not step.closed and step.cell.runtime is self:
             step.outbox.append(new)  # committed with the sender's step (I2)
             return
         self._claim_on_insert(new)
-        result = await self.committer.submit(new)
+        result = self.committer.apply_now(new)
+        if result is None:
+            result = await self.committer.submit(new)
         if new.msg_id not in result.duplicates:
             self._route(new)
 
@@ -348,7 +351,8 @@ class Runtime:
     ) -> Any:
         self._check_open()
         _positive("ask timeout", timeout)
-        new = await self._prepare(actor_id, msg, dedup_key, None, wants_reply=True)
+        spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
+        new = self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         fut: asyncio.Future[Any] = loop.create_future()
@@ -356,15 +360,17 @@ class Runtime:
         self._wait_reply(waiting_on, actor_id, fut)
         try:
             self._claim_on_insert(new)
-            submitted = self.committer.submit(new)
-            if submitted.done():  # a store that never waits (MemoryStore)
-                result = submitted.result()
-            else:
-                try:
-                    with anyio.fail_at(deadline):
-                        result = await submitted
-                except TimeoutError:
-                    raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
+            result = self.committer.apply_now(new)  # a store that never waits (MemoryStore)
+            if result is None:
+                submitted = self.committer.submit(new)
+                if submitted.done():
+                    result = submitted.result()
+                else:
+                    try:
+                        with anyio.fail_at(deadline):
+                            result = await submitted
+                    except TimeoutError:
+                        raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
             original = result.duplicates.get(new.msg_id)
             if original is None:
                 self._route(new)
@@ -408,21 +414,36 @@ class Runtime:
             self._stopping.discard(actor_id)
         telemetry.supervision_event("actor_stopped", actor_id, reason=reason)
 
-    async def _prepare(
+    def _active_spec(self, actor_id: str) -> ActorSpec | None:
+        """The spec of an actor this runtime knows to be active, or None: the fast path of a
+        send (no store read, no coroutine). ``_known`` is updated by every stop and status
+        change made here; another process's stop is caught when the actor is activated."""
+        known = self._known.get(actor_id)
+        return known[0] if known is not None and known[1] == "active" else None
+
+    async def _spec_for_send(self, actor_id: str, msg: Message) -> ActorSpec:
+        """The slow path of ``_active_spec``: read the registry; refuse a send to an actor
+        that is not active (after the type check: a wrong type is reported first)."""
+        spec, status = await self._spec_of(actor_id)
+        if status != "active":
+            _check_type(actor_id, spec, msg)
+            rec = await self.store.get_actor(actor_id)
+            raise ActorStopped(actor_id, rec.stop_reason if rec else None)
+        return spec
+
+    def _prepare(
         self,
         actor_id: str,
+        spec: ActorSpec,
         msg: Message,
         dedup_key: str | None,
         delay: float | None,
         *,
         wants_reply: bool,
     ) -> NewMessage:
-        spec, status = await self._spec_of(actor_id)
-        if type(msg) not in spec.message_types:
-            raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
-        if status != "active":
-            rec = await self.store.get_actor(actor_id)
-            raise ActorStopped(actor_id, rec.stop_reason if rec else None)
+        """The message to store, once every check a send makes has passed (``spec``: the
+        receiver's, active)."""
+        _check_type(actor_id, spec, msg)
         if delay is not None and not (delay >= 0):
             raise ConfigError(f"delay must be a number of seconds >= 0, not {delay!r}")
         if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key):
@@ -463,13 +484,13 @@ class Runtime:
             and cell.instance is not None
             and cell.current is None
             and not cell.buffer
-            and new.deliver_at <= self.clock()
+            and _due_now(new, self.clock)
         ):
             new.attempts = 1
 
     def _route(self, new: NewMessage) -> None:
         """After ``new`` committed: hand it to its cell here, or wake whoever must run it."""
-        if new.deliver_at > self.clock():
+        if not _due_now(new, self.clock):
             heapq.heappush(self._timers, new.deliver_at)
             self._scheduler_wake.set()
             return
@@ -970,6 +991,17 @@ class Runtime:
             "commits": self.committer.commits,
             "writes": self.committer.writes,
         }
+
+
+def _check_type(actor_id: str, spec: ActorSpec, msg: Message) -> None:
+    if type(msg) not in spec.message_types:
+        raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
+
+
+def _due_now(new: NewMessage, clock: Callable[[], float]) -> bool:
+    """Whether ``new`` may be delivered now. One sent without a delay is due at once whatever
+    the clock says (as every store reads it, see ``Store.pending``): no clock read for it."""
+    return new.deliver_at == new.created_at or new.deliver_at <= clock()
 
 
 def _expire(fut: asyncio.Future[Any], error: type[BaseException], args: tuple[Any, ...]) -> None:
