@@ -172,6 +172,7 @@ class Runtime:
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
         self._timers: list[float] = []
+        self._ask_deadlines = _Deadlines(AskTimeout)
         self._scheduler_wake = asyncio.Event()
         self._scan_watermark = 0  # the scheduler's: mailbox seq seen so far
         self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
@@ -248,6 +249,7 @@ class Runtime:
             for fut in futs:
                 if not fut.done():
                     fut.set_exception(RuntimeClosed("the runtime closed before the reply arrived"))
+        self._ask_deadlines.clear()
         telemetry.log.debug("runtime_closed", runtime_id=self.runtime_id)
 
     def _check_open(self) -> None:
@@ -380,14 +382,9 @@ class Runtime:
                 waiting_on = original
                 self._wait_reply(waiting_on, actor_id, fut)
                 self._scheduler_wake.set()
-            # A timer fails the reply future: cheaper than a cancel scope around the wait.
-            timer = loop.call_at(
-                deadline, _expire, fut, AskTimeout, (actor_id, type(msg).__name__, timeout)
-            )
-            try:
-                return await fut
-            finally:
-                timer.cancel()
+            # A deadline fails the reply future: cheaper than a cancel scope around the wait.
+            self._ask_deadlines.add(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
+            return await fut
         finally:
             self._unwait_reply(waiting_on, fut)
 
@@ -1004,9 +1001,67 @@ def _due_now(new: NewMessage, clock: Callable[[], float]) -> bool:
     return new.deliver_at == new.created_at or new.deliver_at <= clock()
 
 
-def _expire(fut: asyncio.Future[Any], error: type[BaseException], args: tuple[Any, ...]) -> None:
-    if not fut.done():
-        fut.set_exception(error(*args))
+class _Deadlines:
+    """Fails futures still waiting at their deadlines (with ``error(*args)``), on one loop timer.
+
+    A ``loop.call_at`` per ask, its cancel and the loop's clean-up of cancelled timers cost
+    more than the rest of an in-memory ask; here an ask costs a push on a heap of tuples.
+    Futures that finished stay in the heap until their deadline passes, or until the heap is
+    compacted (when most of it has finished), so it never holds many more entries than there
+    are waiting futures. The timer fires at the earliest deadline in the heap, as a timer per
+    future would.
+    """
+
+    def __init__(self, error: type[BaseException]) -> None:
+        self._error = error
+        self._heap: list[tuple[float, int, asyncio.Future[Any], tuple[Any, ...]]] = []
+        self._order = itertools.count()  # ties on the deadline never compare futures
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = float("inf")
+        self._compact_at = 64
+
+    def add(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float,
+        fut: asyncio.Future[Any],
+        args: tuple[Any, ...],
+    ) -> None:
+        heap = self._heap
+        heapq.heappush(heap, (deadline, next(self._order), fut, args))
+        if len(heap) >= self._compact_at:
+            self._compact()
+        if deadline < self._armed_for:
+            self._arm(loop, deadline)
+
+    def clear(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._armed_for = None, float("inf")
+        self._heap.clear()
+
+    def _compact(self) -> None:
+        """Drop the entries of finished futures; O(n) once per n/2 pushes or more."""
+        live = [e for e in self._heap if not e[2].done()]
+        heapq.heapify(live)
+        self._heap = live
+        self._compact_at = max(64, 2 * len(live))
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(deadline, self._fire, loop)
+        self._armed_for = deadline
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer, self._armed_for = None, float("inf")
+        heap, now = self._heap, loop.time()
+        while heap and heap[0][0] <= now:
+            _, _, fut, args = heapq.heappop(heap)
+            if not fut.done():
+                fut.set_exception(self._error(*args))
+        if heap:
+            self._arm(loop, heap[0][0])
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
