@@ -77,7 +77,8 @@ class MemoryStore:
     def apply_sync(self, batch: Batch) -> BatchResult:
         """``apply``, synchronously: nothing here waits, so the group committer calls it directly
         (no committer round trip) when it is the store's ``apply`` in force."""
-        self._check()
+        if not self._open:
+            self._check()  # raises
         result = BatchResult()
         # Validate first, then mutate in place: nothing below the checks can fail, so a batch is
         # applied whole or not at all, in time proportional to the batch, not to the store.
@@ -106,43 +107,8 @@ class MemoryStore:
                     raise StoreError(f"journal of {st.actor_id!r} already has seq {ev.seq}")
                 last_seq[st.actor_id] = ev.seq
 
-        for sp in batch.spawns:
-            actors.setdefault(sp.record.actor_id, sp.record)
-            result.spawned[sp.record.actor_id] = actors[sp.record.actor_id]
-        for rv in batch.revives:
-            rec = actors.get(rv.actor_id)
-            if rec is not None:
-                actors[rv.actor_id] = msgspec.structs.replace(
-                    rec, status="active", stop_reason=None
-                )
-        for w in batch.watches:
-            self.watches.setdefault(w.watched, set()).add(w.watcher)
-        for rel in batch.releases:
-            rec = actors.get(rel.actor_id)
-            if rel.actor_id not in stale and rec is not None and rec.fence == rel.fence:
-                actors[rel.actor_id] = msgspec.structs.replace(
-                    rec, lease_owner=None, lease_expires=0.0
-                )
-        for acq in batch.acquires:
-            rec = actors.get(acq.actor_id)
-            free = (
-                rec is not None
-                and rec.status == "active"
-                and (
-                    rec.lease_owner is None
-                    or rec.lease_owner == acq.owner
-                    or rec.lease_expires < acq.now
-                    or rec.lease_owner not in self.runtimes
-                )
-            )
-            if rec is not None and free:
-                rec = msgspec.structs.replace(
-                    rec, lease_owner=acq.owner, lease_expires=acq.expires, fence=rec.fence + 1
-                )
-                actors[acq.actor_id] = rec
-                result.leases[acq.actor_id] = rec.fence
-            else:
-                result.leases[acq.actor_id] = None
+        if batch.spawns or batch.revives or batch.watches or batch.releases or batch.acquires:
+            self._apply_registry(batch, result)
 
         steps = [s for s in batch.steps if s.actor_id not in stale] if stale else batch.steps
         # Plain loops, not comprehensions, over the steps: cheaper for the usual one write.
@@ -186,6 +152,48 @@ class MemoryStore:
         if batch.failures or batch.effects or batch.parks or stop_ops:
             self._apply_rest(batch, stale, stop_ops)
         return result
+
+    def _apply_registry(self, batch: Batch, result: BatchResult) -> None:
+        """The actor registry's writes of ``apply_sync`` (after its checks; none can fail).
+        Apart, so that the usual batch (a message, a step) skips them with one test."""
+        actors, stale = self.actors, result.stale
+        for sp in batch.spawns:
+            actors.setdefault(sp.record.actor_id, sp.record)
+            result.spawned[sp.record.actor_id] = actors[sp.record.actor_id]
+        for rv in batch.revives:
+            rec = actors.get(rv.actor_id)
+            if rec is not None:
+                actors[rv.actor_id] = msgspec.structs.replace(
+                    rec, status="active", stop_reason=None
+                )
+        for w in batch.watches:
+            self.watches.setdefault(w.watched, set()).add(w.watcher)
+        for rel in batch.releases:
+            rec = actors.get(rel.actor_id)
+            if rel.actor_id not in stale and rec is not None and rec.fence == rel.fence:
+                actors[rel.actor_id] = msgspec.structs.replace(
+                    rec, lease_owner=None, lease_expires=0.0
+                )
+        for acq in batch.acquires:
+            rec = actors.get(acq.actor_id)
+            free = (
+                rec is not None
+                and rec.status == "active"
+                and (
+                    rec.lease_owner is None
+                    or rec.lease_owner == acq.owner
+                    or rec.lease_expires < acq.now
+                    or rec.lease_owner not in self.runtimes
+                )
+            )
+            if rec is not None and free:
+                rec = msgspec.structs.replace(
+                    rec, lease_owner=acq.owner, lease_expires=acq.expires, fence=rec.fence + 1
+                )
+                actors[acq.actor_id] = rec
+                result.leases[acq.actor_id] = rec.fence
+            else:
+                result.leases[acq.actor_id] = None
 
     def _apply_rest(self, batch: Batch, stale: set[str], stop_ops: list[StopActor]) -> None:
         """The rarer writes of ``apply_sync`` (failures, the ledger, parks, stops), after the

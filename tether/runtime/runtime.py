@@ -352,7 +352,8 @@ class Runtime:
         self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None
     ) -> Any:
         self._check_open()
-        _positive("ask timeout", timeout)
+        if not (type(timeout) in (float, int) and timeout > 0):  # the usual case, checked cheaply
+            _positive("ask timeout", timeout)
         spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
         new = self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=True)
         loop = asyncio.get_running_loop()
