@@ -10,8 +10,9 @@ corrupt payload, a constraint a bug broke) fails alone and the others still comm
 
 A store whose writes never wait (``MemoryStore``: it has an ``apply_sync``) needs no batching:
 each write is applied in ``submit`` itself, in submission order, and its future is already
-settled when ``submit`` returns. To keep a tight loop of sends from starving the other tasks,
-every ``_YIELD_EVERY``-th such outcome is handed over on the next turn of the event loop instead.
+settled when ``submit`` returns; ``apply_now`` does the same and returns the outcome itself,
+without a future. To keep a tight loop of sends from starving the other tasks, every
+``_YIELD_EVERY``-th such outcome is handed over on the next turn of the event loop instead.
 """
 
 from __future__ import annotations
