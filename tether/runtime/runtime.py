@@ -1018,6 +1018,7 @@ class _Deadlines:
         self._heap: list[tuple[float, int, asyncio.Future[Any], tuple[Any, ...]]] = []
         self._order = itertools.count()  # ties on the deadline never compare futures
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the futures and timer are
         self._armed_for = float("inf")
         self._compact_at = 64
 
@@ -1028,6 +1029,9 @@ class _Deadlines:
         fut: asyncio.Future[Any],
         args: tuple[Any, ...],
     ) -> None:
+        if loop is not self._loop:  # the first ask, or a runtime opened again on a new loop
+            self.clear()
+            self._loop = loop
         heap = self._heap
         heapq.heappush(heap, (deadline, next(self._order), fut, args))
         if len(heap) >= self._compact_at:
