@@ -312,6 +312,33 @@ async def test_an_ask_without_a_reply_in_time_raises_ask_timeout(tmp_path: Path)
         assert await acct.ask(s.GetBalance(), timeout=5) == 1
 
 
+async def test_ask_deadlines_share_one_timer_and_fire_in_deadline_order() -> None:
+    """A short timeout asked after a long one still fires on time; the deadlines of answered
+    asks (enough of them to compact the runtime's deadline heap) never fire."""
+    async with tether.Runtime(":memory:") as rt:
+        acct = await rt.spawn(s.Account, "acct-1")
+        for _ in range(200):
+            assert await acct.ask(s.GetBalance(), timeout=0.2) == 0
+        await acct.tell(s.Sleep(seconds=2.0))
+        outcomes: dict[str, object] = {}
+
+        async def ask(name: str, timeout: float) -> None:
+            started = anyio.current_time()
+            try:
+                outcomes[name] = await acct.ask(s.GetBalance(), timeout=timeout)
+            except tether.AskTimeout:
+                outcomes[name] = anyio.current_time() - started
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, "long", 10.0)
+            await anyio.sleep(0.01)
+            tg.start_soon(ask, "short", 0.1)
+        assert outcomes["long"] == 0
+        waited = outcomes["short"]
+        assert isinstance(waited, float)
+        assert 0.1 <= waited < 1.5
+
+
 async def test_spawn_arguments_are_stored_and_given_again_on_recovery(tmp_path: Path) -> None:
     """``rt.spawn(cls, id, **init)`` passes init to the constructor, now and after restarts."""
     db = tmp_path / "a.db"

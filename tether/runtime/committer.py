@@ -10,8 +10,9 @@ corrupt payload, a constraint a bug broke) fails alone and the others still comm
 
 A store whose writes never wait (``MemoryStore``: it has an ``apply_sync``) needs no batching:
 each write is applied in ``submit`` itself, in submission order, and its future is already
-settled when ``submit`` returns. To keep a tight loop of sends from starving the other tasks,
-every ``_YIELD_EVERY``-th such outcome is handed over on the next turn of the event loop instead.
+settled when ``submit`` returns; ``apply_now`` does the same and returns the outcome itself,
+without a future. To keep a tight loop of sends from starving the other tasks, every
+``_YIELD_EVERY``-th such outcome is handed over on the next turn of the event loop instead.
 """
 
 from __future__ import annotations
@@ -96,6 +97,34 @@ class GroupCommitter:
         self._sync_count = 0
         self.commits = 0
         self.writes = 0
+
+    def apply_now(self, write: Write) -> BatchResult | None:
+        """``await submit(write)`` without the future, when a store that never waits can take
+        ``write`` right now: its result (or the error awaiting the future would raise). None
+        when it must go through ``submit``: the store waits, writes are queued ahead of it (they
+        commit first: submission order is commit order), the committer is closed, or it is
+        this write's turn to let the other tasks run (``_YIELD_EVERY``)."""
+        if self._queue or self._busy or self._closed:
+            return None
+        if not (self._sync_count + 1) % _YIELD_EVERY:
+            return None  # submit() applies it too, and settles it on the next turn of the loop
+        sync = _sync_applier(self._store)
+        if sync is None:
+            return None
+        self._sync_count += 1
+        batch = Batch()
+        getattr(batch, _FIELD[type(write)]).append(write)
+        try:
+            result = sync(batch)
+        except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
+            failed: BaseException = exc
+        else:
+            self.commits += 1
+            self.writes += 1
+            if result.stale and _is_stale(write, result):
+                raise StaleLeaseError(write.actor_id, write.fence)  # type: ignore[union-attr]
+            return result
+        raise _journal_error(failed)  # outside the handler: raised as awaiting it would raise
 
     def submit(self, write: Write) -> asyncio.Future[BatchResult]:
         """Queue ``write``; the future resolves with the result of the batch that committed it.
@@ -210,27 +239,36 @@ def _batch(writes: Any) -> Batch:
     return batch
 
 
+def _journal_error(error: BaseException) -> BaseException:
+    """``error`` as the caller sees it: a ``JournalWriteError`` (caused by ``error``)."""
+    if isinstance(error, JournalWriteError):
+        return error
+    wrapped = JournalWriteError(f"commit failed: {error!r}")
+    wrapped.__cause__ = error
+    return wrapped
+
+
+def _is_stale(write: Write, result: BatchResult) -> bool:
+    return isinstance(write, FencedWrite) and write.actor_id in result.stale
+
+
 def _settle(
     taken: list[tuple[Write, asyncio.Future[BatchResult]]],
     result: BatchResult | None,
     error: BaseException | None,
 ) -> None:
+    if error is not None:
+        for _, fut in taken:
+            if not fut.done():
+                fut.set_exception(_journal_error(error))  # one exception object per waiter
+        return
+    assert result is not None
+    # Usually no write of the batch was stale: then none needs the (costly) fenced check.
+    stale = result.stale
     for write, fut in taken:
         if fut.done():
             continue
-        if error is not None:
-            wrapped = (
-                error
-                if isinstance(error, JournalWriteError)
-                else JournalWriteError(f"commit failed: {error!r}")
-            )
-            if wrapped is not error:
-                wrapped.__cause__ = error
-            fut.set_exception(wrapped)
-        elif (
-            result is not None and isinstance(write, FencedWrite) and write.actor_id in result.stale
-        ):
-            fut.set_exception(StaleLeaseError(write.actor_id, write.fence))
+        if stale and _is_stale(write, result):
+            fut.set_exception(StaleLeaseError(write.actor_id, write.fence))  # type: ignore[union-attr]
         else:
-            assert result is not None
             fut.set_result(result)

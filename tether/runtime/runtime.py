@@ -172,6 +172,7 @@ class Runtime:
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
         self._timers: list[float] = []
+        self._ask_deadlines = _Deadlines(AskTimeout)
         self._scheduler_wake = asyncio.Event()
         self._scan_watermark = 0  # the scheduler's: mailbox seq seen so far
         self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
@@ -248,6 +249,7 @@ class Runtime:
             for fut in futs:
                 if not fut.done():
                     fut.set_exception(RuntimeClosed("the runtime closed before the reply arrived"))
+        self._ask_deadlines.clear()
         telemetry.log.debug("runtime_closed", runtime_id=self.runtime_id)
 
     def _check_open(self) -> None:
@@ -333,13 +335,16 @@ class Runtime:
         self, actor_id: str, msg: Message, *, dedup_key: str | None, delay: float | None
     ) -> None:
         self._check_open()
-        new = await self._prepare(actor_id, msg, dedup_key, delay, wants_reply=False)
+        spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
+        new = self._prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
         step = current_step.get()
         if step is not None and not step.closed and step.cell.runtime is self:
             step.outbox.append(new)  # committed with the sender's step (I2)
             return
         self._claim_on_insert(new)
-        result = await self.committer.submit(new)
+        result = self.committer.apply_now(new)
+        if result is None:
+            result = await self.committer.submit(new)
         if new.msg_id not in result.duplicates:
             self._route(new)
 
@@ -347,8 +352,10 @@ class Runtime:
         self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None
     ) -> Any:
         self._check_open()
-        _positive("ask timeout", timeout)
-        new = await self._prepare(actor_id, msg, dedup_key, None, wants_reply=True)
+        if not (type(timeout) in (float, int) and timeout > 0):  # the usual case, checked cheaply
+            _positive("ask timeout", timeout)
+        spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
+        new = self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         fut: asyncio.Future[Any] = loop.create_future()
@@ -356,15 +363,17 @@ class Runtime:
         self._wait_reply(waiting_on, actor_id, fut)
         try:
             self._claim_on_insert(new)
-            submitted = self.committer.submit(new)
-            if submitted.done():  # a store that never waits (MemoryStore)
-                result = submitted.result()
-            else:
-                try:
-                    with anyio.fail_at(deadline):
-                        result = await submitted
-                except TimeoutError:
-                    raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
+            result = self.committer.apply_now(new)  # a store that never waits (MemoryStore)
+            if result is None:
+                submitted = self.committer.submit(new)
+                if submitted.done():
+                    result = submitted.result()
+                else:
+                    try:
+                        with anyio.fail_at(deadline):
+                            result = await submitted
+                    except TimeoutError:
+                        raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
             original = result.duplicates.get(new.msg_id)
             if original is None:
                 self._route(new)
@@ -374,14 +383,9 @@ class Runtime:
                 waiting_on = original
                 self._wait_reply(waiting_on, actor_id, fut)
                 self._scheduler_wake.set()
-            # A timer fails the reply future: cheaper than a cancel scope around the wait.
-            timer = loop.call_at(
-                deadline, _expire, fut, AskTimeout, (actor_id, type(msg).__name__, timeout)
-            )
-            try:
-                return await fut
-            finally:
-                timer.cancel()
+            # A deadline fails the reply future: cheaper than a cancel scope around the wait.
+            self._ask_deadlines.add(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
+            return await fut
         finally:
             self._unwait_reply(waiting_on, fut)
 
@@ -408,21 +412,36 @@ class Runtime:
             self._stopping.discard(actor_id)
         telemetry.supervision_event("actor_stopped", actor_id, reason=reason)
 
-    async def _prepare(
+    def _active_spec(self, actor_id: str) -> ActorSpec | None:
+        """The spec of an actor this runtime knows to be active, or None: the fast path of a
+        send (no store read, no coroutine). ``_known`` is updated by every stop and status
+        change made here; another process's stop is caught when the actor is activated."""
+        known = self._known.get(actor_id)
+        return known[0] if known is not None and known[1] == "active" else None
+
+    async def _spec_for_send(self, actor_id: str, msg: Message) -> ActorSpec:
+        """The slow path of ``_active_spec``: read the registry; refuse a send to an actor
+        that is not active (after the type check: a wrong type is reported first)."""
+        spec, status = await self._spec_of(actor_id)
+        if status != "active":
+            _check_type(actor_id, spec, msg)
+            rec = await self.store.get_actor(actor_id)
+            raise ActorStopped(actor_id, rec.stop_reason if rec else None)
+        return spec
+
+    def _prepare(
         self,
         actor_id: str,
+        spec: ActorSpec,
         msg: Message,
         dedup_key: str | None,
         delay: float | None,
         *,
         wants_reply: bool,
     ) -> NewMessage:
-        spec, status = await self._spec_of(actor_id)
-        if type(msg) not in spec.message_types:
-            raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
-        if status != "active":
-            rec = await self.store.get_actor(actor_id)
-            raise ActorStopped(actor_id, rec.stop_reason if rec else None)
+        """The message to store, once every check a send makes has passed (``spec``: the
+        receiver's, active)."""
+        _check_type(actor_id, spec, msg)
         if delay is not None and not (delay >= 0):
             raise ConfigError(f"delay must be a number of seconds >= 0, not {delay!r}")
         if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key):
@@ -463,13 +482,13 @@ class Runtime:
             and cell.instance is not None
             and cell.current is None
             and not cell.buffer
-            and new.deliver_at <= self.clock()
+            and _due_now(new, self.clock)
         ):
             new.attempts = 1
 
     def _route(self, new: NewMessage) -> None:
         """After ``new`` committed: hand it to its cell here, or wake whoever must run it."""
-        if new.deliver_at > self.clock():
+        if not _due_now(new, self.clock):
             heapq.heappush(self._timers, new.deliver_at)
             self._scheduler_wake.set()
             return
@@ -972,9 +991,82 @@ class Runtime:
         }
 
 
-def _expire(fut: asyncio.Future[Any], error: type[BaseException], args: tuple[Any, ...]) -> None:
-    if not fut.done():
-        fut.set_exception(error(*args))
+def _check_type(actor_id: str, spec: ActorSpec, msg: Message) -> None:
+    if type(msg) not in spec.message_types:
+        raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
+
+
+def _due_now(new: NewMessage, clock: Callable[[], float]) -> bool:
+    """Whether ``new`` may be delivered now. One sent without a delay is due at once whatever
+    the clock says (as every store reads it, see ``Store.pending``): no clock read for it."""
+    return new.deliver_at == new.created_at or new.deliver_at <= clock()
+
+
+class _Deadlines:
+    """Fails futures still waiting at their deadlines (with ``error(*args)``), on one loop timer.
+
+    A ``loop.call_at`` per ask, its cancel and the loop's clean-up of cancelled timers cost
+    more than the rest of an in-memory ask; here an ask costs a push on a heap of tuples.
+    Futures that finished stay in the heap until their deadline passes, or until the heap is
+    compacted (when most of it has finished), so it never holds many more entries than there
+    are waiting futures. The timer fires at the earliest deadline in the heap, as a timer per
+    future would.
+    """
+
+    def __init__(self, error: type[BaseException]) -> None:
+        self._error = error
+        self._heap: list[tuple[float, int, asyncio.Future[Any], tuple[Any, ...]]] = []
+        self._order = itertools.count()  # ties on the deadline never compare futures
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the futures and timer are
+        self._armed_for = float("inf")
+        self._compact_at = 64
+
+    def add(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float,
+        fut: asyncio.Future[Any],
+        args: tuple[Any, ...],
+    ) -> None:
+        if loop is not self._loop:  # the first ask, or a runtime opened again on a new loop
+            self.clear()
+            self._loop = loop
+        heap = self._heap
+        heapq.heappush(heap, (deadline, next(self._order), fut, args))
+        if len(heap) >= self._compact_at:
+            self._compact()
+        if deadline < self._armed_for:
+            self._arm(loop, deadline)
+
+    def clear(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._armed_for = None, float("inf")
+        self._heap.clear()
+
+    def _compact(self) -> None:
+        """Drop the entries of finished futures; O(n) once per n/2 pushes or more."""
+        live = [e for e in self._heap if not e[2].done()]
+        heapq.heapify(live)
+        self._heap = live
+        self._compact_at = max(64, 2 * len(live))
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(deadline, self._fire, loop)
+        self._armed_for = deadline
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer, self._armed_for = None, float("inf")
+        heap, now = self._heap, loop.time()
+        while heap and heap[0][0] <= now:
+            _, _, fut, args = heapq.heappop(heap)
+            if not fut.done():
+                fut.set_exception(self._error(*args))
+        if heap:
+            self._arm(loop, heap[0][0])
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:

@@ -104,6 +104,20 @@ loop_detections = meter.create_counter(
 )
 
 
+_msg_id_var: Any = None  # the ContextVar structlog binds ``msg_id`` with, once known
+
+
+def bind_msg_id(msg_id: str) -> None:
+    """``structlog.contextvars.bind_contextvars(msg_id=msg_id)`` at the cost of one
+    ``ContextVar.set`` (it is called once per message). structlog keeps one ContextVar per key
+    for the life of the process; the first binding hands it over (``Token.var``)."""
+    global _msg_id_var
+    if _msg_id_var is None:
+        _msg_id_var = structlog.contextvars.bind_contextvars(msg_id=msg_id)["msg_id"].var
+    else:
+        _msg_id_var.set(msg_id)
+
+
 _checked_at = -1.0
 _enabled = False
 
