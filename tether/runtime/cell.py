@@ -938,15 +938,14 @@ class Cell:
     async def _commit(self, write: Any) -> Any:
         deferred = self._submit_deferred()
         try:
-            if (
-                not deferred
-            ):  # nothing to share a batch with: a store that never waits applies it now
+            if not deferred:
+                # Nothing to share a batch with: a store that never waits applies it now.
                 result = self.runtime.committer.apply_now(write)
                 if result is not None:
                     return result
             fut = self.runtime.committer.submit(write)  # same batch as the deferred receipts
             if deferred:
-                await asyncio.gather(*deferred)
+                await _all_settled(deferred)
             return await fut
         except StaleLeaseError as exc:
             telemetry.stale_commits.add(1)
