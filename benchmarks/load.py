@@ -218,7 +218,6 @@ def runtime_books(rt: tether.Runtime) -> dict[str, int]:
         "_known": len(rt._known),
         "guards._locks": len(rt.guards._locks),
         "claimed": len(rt.claimed),
-        "parked": len(rt.parked),
         "_asks": len(rt._asks),
         "_activating": len(rt._activating),
         "_not_before": len(rt._not_before),

@@ -77,7 +77,6 @@ def test_active_cells_drop_back_after_passivation(load_run: dict) -> None:
     assert books["cells"] <= 2, books
     for key in (
         "claimed",
-        "parked",
         "_asks",
         "_activating",
         "_not_before",

@@ -211,6 +211,29 @@ async def test_dead_letters_can_be_retried_and_discarded(tmp_path: Path) -> None
             await rt.dead_letters.retry("no-such-message")
 
 
+async def test_a_dead_letter_retried_from_another_process_reaches_its_active_actor(
+    tmp_path: Path,
+) -> None:
+    """The retry is stored by an admin runtime (as ``tether dead-letters retry`` does); the
+    actor is active in the runtime that sent the message first, whose scheduler must pick it
+    up although its id carries that runtime's own prefix."""
+    s.failures.clear()
+    db = tmp_path / "a.db"
+    async with fast(db, max_attempts=2, passivate_after=None) as rt:
+        acct = await rt.spawn(s.Account, "acct-1")
+        await acct.tell(s.Fail(key="thrice", times=3))
+        with anyio.fail_after(5):
+            while not await rt.dead_letters.list():
+                await anyio.sleep(0.01)
+        [letter] = await rt.dead_letters.list()
+        async with fast(db, serve=False) as admin:
+            await admin.dead_letters.retry(letter.msg_id)  # one more failure, then success
+        with anyio.fail_after(5):
+            while await acct.ask(s.GetBalance(), timeout=5) != 1000:
+                await anyio.sleep(0.01)
+        assert await rt.dead_letters.list() == []
+
+
 async def test_recovery_from_a_snapshot_equals_the_full_fold(tmp_path: Path) -> None:
     """I3: snapshot + tail gives exactly the state of folding the whole journal."""
     db = tmp_path / "a.db"
@@ -433,7 +456,7 @@ async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(
         real = rt.store.new_messages
         calls = 0
 
-        async def flaky(after_seq: int, now: float, limit: int) -> list[tuple[int, str, str]]:
+        async def flaky(after_seq: int, now: float, limit: int) -> list[tuple[int, str, str, bool]]:
             nonlocal calls
             calls += 1
             if calls <= 2:

@@ -254,10 +254,10 @@ async def test_delayed_message_is_not_pending_until_due(store: Store) -> None:
     await spawn(store, "a")
     await send(store, msg("late", deliver_at=NOW + 10), msg("now"))
     assert await pending_ids(store, "a", NOW) == ["now"]
-    assert [m for _, _, m in await store.new_messages(0, NOW, 100)] == ["now"]
+    assert [m for _, _, m, _ in await store.new_messages(0, NOW, 100)] == ["now"]
     # Once due, it takes its place in mailbox (storage) order, ahead of "now".
     assert await pending_ids(store, "a", NOW + 10) == ["late", "now"]
-    assert [m for _, _, m in await store.new_messages(0, NOW + 10, 100)] == ["late", "now"]
+    assert [m for _, _, m, _ in await store.new_messages(0, NOW + 10, 100)] == ["late", "now"]
 
 
 async def test_due_between_names_actors_with_a_delayed_message_due_in_the_window(
@@ -291,25 +291,26 @@ async def test_a_message_sent_without_delay_is_due_at_once_and_never_named_by_du
     )
     behind = NOW  # the reader's clock, a little behind the sender's
     assert [m.msg_id for m in await store.pending("a", behind, 10)] == ["now"]
-    assert [m for _, _, m in await store.new_messages(0, behind, 10)] == ["now"]
+    assert [m for _, _, m, _ in await store.new_messages(0, behind, 10)] == ["now"]
     assert await store.orphaned(behind, 10) == ["a"]
     assert await store.due_between(NOW - 5, NOW + 5) == ["b"]
 
 
 async def test_new_messages_lists_due_messages_after_a_seq_watermark(store: Store) -> None:
-    """new_messages returns (seq, actor, msg) of due messages stored after the watermark, in order."""
+    """new_messages returns (seq, actor, msg, restored) of due messages stored after the
+    watermark, in order; a message sent once is not restored."""
     await spawn(store, "a", "b")
     await send(store, msg("m1", "a"), msg("m2", "b"))
     first = await store.new_messages(0, NOW, 100)
-    assert [(a, m) for _, a, m in first] == [("a", "m1"), ("b", "m2")]
+    assert [(a, m, r) for _, a, m, r in first] == [("a", "m1", False), ("b", "m2", False)]
     watermark = first[-1][0]
     assert await store.new_messages(watermark, NOW, 100) == []
     await send(store, msg("m3", "a"), msg("m4", "b"), msg("m5", "a", deliver_at=NOW + 5))
     later = await store.new_messages(watermark, NOW, 100)
-    assert [(a, m) for _, a, m in later] == [("a", "m3"), ("b", "m4")]
-    assert all(seq > watermark for seq, _, _ in later)
-    assert [s for s, _, _ in later] == sorted(s for s, _, _ in later)
-    assert [m for _, _, m in await store.new_messages(0, NOW, 3)] == ["m1", "m2", "m3"]
+    assert [(a, m) for _, a, m, _ in later] == [("a", "m3"), ("b", "m4")]
+    assert all(seq > watermark for seq, _, _, _ in later)
+    assert [s for s, _, _, _ in later] == sorted(s for s, _, _, _ in later)
+    assert [m for _, _, m, _ in await store.new_messages(0, NOW, 3)] == ["m1", "m2", "m3"]
 
 
 # -- dedup (I1) ---------------------------------------------------------------------------------
@@ -455,7 +456,7 @@ async def test_step_commit_acks_the_message(store: Store) -> None:
     await send(store, msg("m1"), msg("m2"), msg("m3"))
     await store.apply(Batch(steps=[step("a", fence, "m2")]))
     assert await pending_ids(store, "a") == ["m1", "m3"]
-    assert [m for _, _, m in await store.new_messages(0, LATER, 100)] == ["m1", "m3"]
+    assert [m for _, _, m, _ in await store.new_messages(0, LATER, 100)] == ["m1", "m3"]
 
 
 async def test_step_commit_stores_the_outbox_messages(store: Store) -> None:
@@ -813,7 +814,9 @@ async def test_retry_dead_letter_puts_it_back_at_the_end_of_the_mailbox(store: S
     assert [m.msg_id for m in got] == ["m2", "m3", "m1"]
     assert [m.seq for m in got] == sorted(m.seq for m in got)
     assert (got[-1].attempts, got[-1].errors, got[-1].payload) == (0, [], b"m1")
-    assert got[-1].seq in [s for s, _, m in await store.new_messages(got[1].seq, NOW + 10, 10)]
+    assert (got[-1].seq, True) in [
+        (s, r) for s, _, _, r in await store.new_messages(got[1].seq, NOW + 10, 10)
+    ]  # restored: whoever sent it first must pick it up again
 
 
 async def test_discard_dead_letter_removes_it(store: Store) -> None:
@@ -956,7 +959,9 @@ async def test_watch_notice_is_sent_when_an_actor_stops_itself_in_a_step(store: 
     await store.apply(Batch(steps=[step("a", fence, "m1", stop=halt("a", "done"))]))
     [notice] = await store.pending("sup", NOW, 10)
     assert (notice.type, notice.payload) == ("Terminated", b"terminated a")
-    assert [m for _, a, m in await store.new_messages(0, NOW, 10) if a == "sup"] == [notice.msg_id]
+    assert [m for _, a, m, _ in await store.new_messages(0, NOW, 10) if a == "sup"] == [
+        notice.msg_id
+    ]
 
 
 async def test_stale_step_with_a_stop_neither_stops_nor_notifies(store: Store) -> None:
@@ -1247,7 +1252,7 @@ async def test_park_sets_the_message_aside_and_writes_its_effect(store: Store) -
     its actor orphaned; its effect row is written in the same batch; other messages flow."""
     fence = await parked_with(store, "a", "m1", "m2")
     assert await pending_ids(store, "a", LATER) == ["m2"]
-    assert [m for _, _, m in await store.new_messages(0, LATER, 100)] == ["m2"]
+    assert [m for _, _, m, _ in await store.new_messages(0, LATER, 100)] == ["m2"]
     assert await store.due_between(NOW, LATER) == []
     [row] = await store.effects_of("a", "m1")
     assert (row.status, row.reason) == ("quarantined", "ambiguous")
@@ -1313,15 +1318,15 @@ async def test_unpark_brings_the_message_back_after_every_other_message(store: S
     await spawn(store, "b")
     await send(store, msg("m3"), msg("b1", "b"))
     seen = await store.new_messages(0, LATER, 100)
-    watermark = max(s for s, _, _ in seen)
-    assert "m1" not in [m for _, _, m in seen]
+    watermark = max(s for s, _, _, _ in seen)
+    assert "m1" not in [m for _, _, m, _ in seen]
     assert await store.unpark("m1", NOW + 5) is True
     got = await store.pending("a", NOW + 5, 10)
     assert [m.msg_id for m in got] == ["m2", "m3", "m1"]
     m1 = got[-1]
     assert (m1.deliver_at, m1.attempts, m1.parks) == (NOW + 5, 0, 1)
     assert m1.seq > watermark
-    assert await store.new_messages(watermark, NOW + 5, 100) == [(m1.seq, "a", "m1")]
+    assert await store.new_messages(watermark, NOW + 5, 100) == [(m1.seq, "a", "m1", True)]
     assert await store.unpark("m1", NOW + 6) is False  # not parked any more
     # The ledger row is untouched by unpark.
     [row] = await store.effects_of("a", "m1")
@@ -1333,10 +1338,10 @@ async def test_unparked_message_is_seen_past_a_watermark_of_acked_messages(store
     mailbox: a runtime whose watermark passed messages acked since must see the unparked one."""
     fence = await parked_with(store, "a", "m1")
     await send(store, msg("m2"), msg("m3"))
-    watermark = max(s for s, _, _ in await store.new_messages(0, LATER, 100))
+    watermark = max(s for s, _, _, _ in await store.new_messages(0, LATER, 100))
     await store.apply(Batch(steps=[step("a", fence, "m2"), step("a", fence, "m3")]))
     assert await store.unpark("m1", NOW + 5)
-    assert [m for _, _, m in await store.new_messages(watermark, NOW + 5, 100)] == ["m1"]
+    assert [m for _, _, m, _ in await store.new_messages(watermark, NOW + 5, 100)] == ["m1"]
 
 
 async def test_seq_is_not_reused_after_an_unparked_message_is_acked(store: Store) -> None:
@@ -1345,10 +1350,10 @@ async def test_seq_is_not_reused_after_an_unparked_message_is_acked(store: Store
     fence = await parked_with(store, "a", "m1")
     await send(store, msg("m2"))
     assert await store.unpark("m1", NOW)
-    [seq] = [s for s, _, m in await store.new_messages(0, NOW, 100) if m == "m1"]
+    [seq] = [s for s, _, m, _ in await store.new_messages(0, NOW, 100) if m == "m1"]
     await store.apply(Batch(steps=[step("a", fence, "m1")]))
     await send(store, msg("m3"))
-    assert [m for _, _, m in await store.new_messages(seq, NOW, 100)] == ["m3"]
+    assert [m for _, _, m, _ in await store.new_messages(seq, NOW, 100)] == ["m3"]
 
 
 async def test_unpark_of_a_message_that_is_not_parked_returns_false(store: Store) -> None:
@@ -1367,7 +1372,7 @@ async def test_resolve_effect_replaces_the_quarantined_row_and_unparks_its_messa
     """resolve_effect on a quarantined key writes the new row (keeping created_at) and makes
     its parked message due now, last in the mailbox, visible past any watermark."""
     await parked_with(store, "a", "m1", "m2")
-    watermark = max(s for s, _, _ in await store.new_messages(0, LATER, 100))
+    watermark = max(s for s, _, _, _ in await store.new_messages(0, LATER, 100))
     [q] = await store.find_effects(status="quarantined")
     new = msgspec.structs.replace(
         q,
@@ -1382,7 +1387,7 @@ async def test_resolve_effect_replaces_the_quarantined_row_and_unparks_its_messa
     assert row == msgspec.structs.replace(new, created_at=q.created_at)
     assert await store.find_effects(status="quarantined") == []
     assert await pending_ids(store, "a", NOW + 9) == ["m2", "m1"]
-    assert [m for _, _, m in await store.new_messages(watermark, NOW + 9, 100)] == ["m1"]
+    assert [m for _, _, m, _ in await store.new_messages(watermark, NOW + 9, 100)] == ["m1"]
     # Resolved once: a second resolve of the key finds nothing quarantined.
     again = msgspec.structs.replace(new, status="aborted")
     assert await store.resolve_effect(q.key, again, NOW + 10) is None

@@ -841,7 +841,6 @@ class Cell:
         self.buffer.popleft()
         self.known.discard(m.msg_id)
         self.claimed.discard(m.msg_id)
-        self.runtime.parked.add(m.msg_id)
         if step.park_until < PARKED:
             self.runtime.wake_at(step.park_until)
         if step.park_approval is not None:

@@ -310,10 +310,10 @@ class MemoryStore:
 
     async def new_messages(
         self, after_seq: int, now: float, limit: int
-    ) -> list[tuple[int, str, str]]:
+    ) -> list[tuple[int, str, str, bool]]:
         self._check()
         rows = [r for r in self.mailbox.values() if r.seq > after_seq and _due(r.msg, now)]
-        return [(r.seq, r.msg.actor_id, r.msg.msg_id) for r in rows[:limit]]
+        return [(r.seq, r.msg.actor_id, r.msg.msg_id, r.parks > 0) for r in rows[:limit]]
 
     async def orphaned(self, now: float, limit: int) -> list[str]:
         self._check()

@@ -148,9 +148,6 @@ class Runtime:
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
         # msg id -> attempt -> why it did not finish (its commit failed), for its error history
         self.unfinished: dict[str, dict[int, str]] = {}
-        # msg ids this runtime parked: when they come back (unparked by any process), the
-        # scheduler must pick them up even though their ids carry this runtime's prefix
-        self.parked: set[str] = set()
         self.dead_letters = DeadLetters(self)
         self.supervision = Supervision(self)
         self.quarantine = Quarantine(self)
@@ -814,17 +811,15 @@ class Runtime:
             touched: dict[str, None] = {}
             rows = await self.store.new_messages(watermark, now, 5000)
             own = f"{self._id_prefix}-"
-            for seq, actor_id, msg_id in rows:
+            for seq, actor_id, msg_id, restored in rows:
                 watermark = self._scan_watermark = max(watermark, seq)
                 cell = self.cells.get(actor_id)
                 if cell is None:
                     touched[actor_id] = None
-                elif msg_id not in cell.known and (
-                    not msg_id.startswith(own) or msg_id in self.parked
-                ):
-                    # Our own sends were handed to the cell right after their commit; a parked
-                    # one comes back through the store.
-                    self.parked.discard(msg_id)
+                elif msg_id not in cell.known and (restored or not msg_id.startswith(own)):
+                    # Our own sends were handed to the cell right after their commit. A message
+                    # that came back through the store (unparked, or a dead letter retried,
+                    # from any process) was not, even if we sent it first.
                     cell.rescan_requested = True
                     cell.wake.set()
             for actor_id in await self.store.due_between(last_due, now):

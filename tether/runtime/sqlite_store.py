@@ -830,13 +830,13 @@ class SqliteStore:
 
     async def new_messages(
         self, after_seq: int, now: float, limit: int
-    ) -> list[tuple[int, str, str]]:
+    ) -> list[tuple[int, str, str, bool]]:
         rows = await self._read(
-            "SELECT seq, actor_id, msg_id FROM mailbox WHERE seq > ? "
+            "SELECT seq, actor_id, msg_id, parks > 0 FROM mailbox WHERE seq > ? "
             "AND (deliver_at <= ? OR deliver_at = created_at) ORDER BY seq LIMIT ?",
             (after_seq, now, limit),
         )
-        return [(s, a, m) for s, a, m in rows]
+        return [(s, a, m, bool(r)) for s, a, m, r in rows]
 
     async def orphaned(self, now: float, limit: int) -> list[str]:
         rows = await self._read(

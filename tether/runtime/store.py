@@ -358,8 +358,10 @@ class Store(Protocol):
 
     async def new_messages(
         self, after_seq: int, now: float, limit: int
-    ) -> list[tuple[int, str, str]]:
-        """``(seq, actor_id, msg_id)`` of due messages stored after ``after_seq``."""
+    ) -> list[tuple[int, str, str, bool]]:
+        """``(seq, actor_id, msg_id, restored)`` of due messages stored after ``after_seq``.
+        ``restored``: the message came back through the store (unparked, or a dead letter
+        retried, ``parks > 0``), whoever sent it first."""
         ...
 
     async def orphaned(self, now: float, limit: int) -> list[str]:
