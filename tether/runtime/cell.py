@@ -514,15 +514,19 @@ class Cell:
                 raise CorruptRecordError(
                     f"{self._actor_id!r} has journal events but its class folds none"
                 )
-            for row in rows:
+            try:  # one try around the hot loop, not one per event
+                for row in rows:
+                    state = apply(state, decode(row.payload))  # type: ignore[misc]
+            except msgspec.DecodeError as exc:
                 try:
-                    event = decode(row.payload)  # type: ignore[misc]
-                except msgspec.DecodeError as exc:
+                    decode(row.payload)  # type: ignore[misc]
+                except msgspec.DecodeError:
                     raise CorruptRecordError(
                         f"journal of {self._actor_id!r} at seq {row.seq} cannot be decoded: {exc}"
                     ) from exc
-                state = apply(state, event)
-                seq = row.seq
+                raise  # from the actor's own apply: not a corrupt row
+            if rows:
+                seq = rows[-1].seq
             if len(rows) < _JOURNAL_CHUNK:
                 break
         self._state, self.seq, self.instance = state, seq, instance

@@ -58,7 +58,9 @@ class StoredMessage(msgspec.Struct):
     parks: int = 0
 
 
-class JournalRow(msgspec.Struct, frozen=True, array_like=True):
+# gc=False: an int and bytes can form no cycle, and recovery makes one per event; left to the
+# cycle collector, 100,000 of them trigger collections that walk the whole heap.
+class JournalRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     seq: int
     payload: bytes
 
