@@ -188,6 +188,13 @@ class Sessions(tether.Supervisor):
     strategy = OneForOne(max_restarts=1000, within=60)
 
 
+class LazySessions(tether.Supervisor):
+    """Dynamic children started on first use, not with the supervisor (as the guards are)."""
+
+    strategy = OneForOne(max_restarts=1000, within=60)
+    start_dynamic_children = False
+
+
 class TightSessions(tether.Supervisor):
     """Dynamic children under a tight restart window (the SIGKILL test exceeds it on purpose)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -232,6 +233,28 @@ async def test_a_dead_letter_retried_from_another_process_reaches_its_active_act
             while await acct.ask(s.GetBalance(), timeout=5) != 1000:
                 await anyio.sleep(0.01)
         assert await rt.dead_letters.list() == []
+
+
+async def test_a_message_stored_after_its_ask_timed_out_still_reaches_its_actor(
+    tmp_path: Path,
+) -> None:
+    """The ask gives up while its commit is slow; the commit lands afterwards, and the message
+    is delivered to the (never passivating) actor at once, not at its next activation."""
+    async with fast(tmp_path / "a.db", passivate_after=None) as rt:
+        acct = await rt.spawn(s.Account, "acct-1")
+        real = rt.store.apply
+
+        async def slow(batch: Any) -> Any:
+            await anyio.sleep(0.3)
+            return await real(batch)
+
+        rt.store.apply = slow  # type: ignore[method-assign]
+        with pytest.raises(tether.AskTimeout):
+            await acct.ask(s.Deposit(amount=7), timeout=0.1)
+        rt.store.apply = real  # type: ignore[method-assign]
+        with anyio.fail_after(3):
+            while await acct.ask(s.GetBalance(), timeout=5) != 7:
+                await anyio.sleep(0.02)
 
 
 async def test_recovery_from_a_snapshot_equals_the_full_fold(tmp_path: Path) -> None:

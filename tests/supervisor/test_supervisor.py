@@ -254,6 +254,25 @@ async def test_dynamic_children_are_added_and_removed_at_run_time(tmp_path: Path
         assert "s1" not in rt.cells
 
 
+async def test_a_child_started_on_first_use_starts_when_its_supervisor_is_not_up_yet(
+    tmp_path: Path,
+) -> None:
+    """A message to a lazily started child of a supervisor that is not active here brings up
+    the supervisor, then the child under it, at once: not when a later scan finds the mail."""
+    db = tmp_path / "t.db"
+    async with runtime(db) as rt:
+        await rt.spawn(a.LazySessions, "sessions")
+        s1 = await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s1"))
+        await s1.tell(a.Work())
+        assert await s1.ask(a.Count(), timeout=5) == 1
+    # A long lease: the orphan scan (every min(lease_ttl / 2, 5) s) would come too late.
+    async with runtime(db, lease_ttl=60.0) as rt:
+        cell = await rt.activate("s1")  # usually before the scheduler brought the tree back
+        assert cell is not None
+        assert rt.cells.get("sessions") is not None
+        assert await rt.ref("s1").ask(a.Count(), timeout=2) == 1
+
+
 async def test_death_watch_delivers_terminated_with_the_reason(tmp_path: Path) -> None:
     """A watcher is told when the watched actor stops, also if it had stopped already."""
     async with runtime(tmp_path / "w.db") as rt:

@@ -87,8 +87,18 @@ def _sync_applier(store: Store) -> Callable[[Batch], BatchResult] | None:
 class GroupCommitter:
     """Collects writes from every actor and commits them together."""
 
-    def __init__(self, store: Store, *, max_batch: int = 4096) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 4096,
+        on_stored: Callable[[NewMessage, BatchResult | None], None] | None = None,
+    ) -> None:
         self._store = store
+        # Told of every NewMessage's outcome (None: not stored), whether or not its sender
+        # still waits: a message that was stored must reach its cell even if the sender was
+        # cancelled or its ask timed out meanwhile.
+        self._on_stored = on_stored
         self._max_batch = max_batch
         self._queue: list[tuple[Write, asyncio.Future[BatchResult]]] = []
         self._wakeup = asyncio.Event()
@@ -118,9 +128,11 @@ class GroupCommitter:
             result = sync(batch)
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             failed: BaseException = exc
+            self._report([write], None)
         else:
             self.commits += 1
             self.writes += 1
+            self._report([write], result)
             if result.stale and _is_stale(write, result):
                 raise StaleLeaseError(write.actor_id, write.fence)  # type: ignore[union-attr]
             return result
@@ -165,9 +177,9 @@ class GroupCommitter:
             self.writes += 1
         self._sync_count += 1
         if self._sync_count % _YIELD_EVERY:
-            _settle([(write, fut)], result, error)
+            self._settle([(write, fut)], result, error)
         else:  # let the other tasks run: the caller waits for one turn of the loop
-            loop.call_soon(_settle, [(write, fut)], result, error)
+            loop.call_soon(self._settle, [(write, fut)], result, error)
 
     async def run(self) -> None:
         """The writer task. Runs until ``close``; drains what is queued before it stops."""
@@ -196,6 +208,21 @@ class GroupCommitter:
         if stopped is not None:
             await stopped.wait()
 
+    def _settle(
+        self,
+        taken: list[tuple[Write, asyncio.Future[BatchResult]]],
+        result: BatchResult | None,
+        error: BaseException | None,
+    ) -> None:
+        self._report([w for w, _ in taken], result if error is None else None)
+        _settle(taken, result, error)
+
+    def _report(self, writes: list[Write], result: BatchResult | None) -> None:
+        if self._on_stored is not None:
+            for w in writes:
+                if type(w) is NewMessage:
+                    self._on_stored(w, result)
+
     async def _commit_next(self) -> None:
         self._busy = True
         try:
@@ -210,26 +237,26 @@ class GroupCommitter:
             result = await self._store.apply(_batch(w for w, _ in taken))
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             if len(taken) == 1:
-                _settle(taken, None, exc)
+                self._settle(taken, None, exc)
                 return
             telemetry.log.warning("batch_failed_retrying_alone", writes=len(taken), error=repr(exc))
             for item in taken:
                 try:
                     one = await self._store.apply(_batch([item[0]]))
                 except Exception as exc_one:  # noqa: BLE001 - the caller gets it as JournalWriteError
-                    _settle([item], None, exc_one)
+                    self._settle([item], None, exc_one)
                 else:
-                    _settle([item], one, None)
+                    self._settle([item], one, None)
             return
         except BaseException as exc:
-            _settle(
+            self._settle(
                 taken, None, exc if isinstance(exc, Exception) else JournalWriteError("cancelled")
             )
             raise
         self.commits += 1
         self.writes += len(taken)
         telemetry.commit_size.record(len(taken))
-        _settle(taken, result, None)
+        self._settle(taken, result, None)
 
 
 def _batch(writes: Any) -> Batch:

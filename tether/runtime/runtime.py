@@ -143,7 +143,7 @@ class Runtime:
         self.clock = self.time.now
         self.host = socket.gethostname()
         self.runtime_id = f"{self.host}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.committer = GroupCommitter(store)
+        self.committer = GroupCommitter(store, on_stored=self._message_stored)
         self.cells: dict[str, Cell] = {}
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
         # msg id -> attempt -> why it did not finish (its commit failed), for its error history
@@ -339,11 +339,8 @@ class Runtime:
             step.outbox.append(new)  # committed with the sender's step (I2)
             return
         self._claim_on_insert(new)
-        result = self.committer.apply_now(new)
-        if result is None:
-            result = await self.committer.submit(new)
-        if new.msg_id not in result.duplicates:
-            self._route(new)
+        if self.committer.apply_now(new) is None:  # routed by _message_stored once stored
+            await self.committer.submit(new)
 
     async def ask(
         self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None
@@ -371,10 +368,8 @@ class Runtime:
                             result = await submitted
                     except TimeoutError:
                         raise AskTimeout(actor_id, type(msg).__name__, timeout) from None
-            original = result.duplicates.get(new.msg_id)
-            if original is None:
-                self._route(new)
-            else:
+            original = result.duplicates.get(new.msg_id)  # else routed by _message_stored
+            if original is not None:
                 # Asked before with this dedup key: wait for (or fetch) the first reply.
                 self._unwait_reply(waiting_on, fut)
                 waiting_on = original
@@ -472,7 +467,10 @@ class Runtime:
     def _claim_on_insert(self, new: NewMessage) -> None:
         """Count the first delivery attempt in the insert itself when the receiver is idle and
         active here, so it will run this message next: one commit fewer per message. If the
-        process dies first, the message has one attempt too many, never one too few (I7)."""
+        process dies first, the message has one attempt too many, never one too few (I7).
+
+        The claim is registered before the commit: a rescan may hand the cell the stored row
+        before the message is routed, and that copy's attempt is counted already too."""
         cell = self.cells.get(new.actor_id)
         if (
             cell is not None
@@ -482,6 +480,17 @@ class Runtime:
             and _due_now(new, self.clock)
         ):
             new.attempts = 1
+            self.claimed.add(new.msg_id)
+
+    def _message_stored(self, new: NewMessage, result: BatchResult | None) -> None:
+        """The committer's report on a sent message (``result`` None: not stored, or not known
+        to be), whether or not its sender still waits: cancelled, or its ask timed out, the
+        message was stored all the same and must reach its cell."""
+        if result is None or new.msg_id in result.duplicates:
+            if new.attempts:
+                self.claimed.discard(new.msg_id)  # no row of ours carries that attempt
+            return
+        self._route(new)
 
     def _route(self, new: NewMessage) -> None:
         """After ``new`` committed: hand it to its cell here, or wake whoever must run it."""
@@ -491,8 +500,6 @@ class Runtime:
             return
         cell = self.cells.get(new.actor_id)
         if cell is not None:
-            if new.attempts and new.msg_id not in cell.known:
-                self.claimed.add(new.msg_id)
             cell.offer(
                 StoredMessage(
                     msg_id=new.msg_id,
@@ -755,10 +762,16 @@ class Runtime:
                 del self._activating[actor_id]
                 done.set()
                 if parent is None:
-                    await self._activate(rec.parent_id)
-                    return None
-                await parent.ready.wait()  # its on_start is starting this child
-                return self.cells.get(actor_id)
+                    parent = await self._activate(rec.parent_id)
+                    if parent is None:
+                        return None
+                await parent.ready.wait()  # its on_start starts the children it starts itself
+                cell = self.cells.get(actor_id)
+                if cell is not None or self.cells.get(rec.parent_id) is not parent:
+                    return cell
+                # Not one its supervisor starts itself (a child started on first use, like a
+                # guard): the supervisor is up now, so this one starts under it, at once.
+                return await self._activate(actor_id)
             result = await self.committer.submit(
                 LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now)
             )
