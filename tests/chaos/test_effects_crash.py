@@ -365,7 +365,8 @@ def test_a_quarantined_refund_outlives_its_agent_and_is_resolved_from_another_pr
         assert parked.value("dying") == "parked", s.describe()
         [held] = s.reported("quarantined", parked)
         waiting = s.start("wait")
-        waiting.wait_report("quarantined", RUN_TIMEOUT)
+        # Reported right after its quarantined= line: wait for the second of the two.
+        waiting.wait_report("count_when_quarantined", RUN_TIMEOUT)
         [still] = s.reported("quarantined", waiting)
         assert still["key"] == held["key"], s.describe()
         assert s.reported("count_when_quarantined", waiting) == 1, s.describe()
