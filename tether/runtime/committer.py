@@ -214,14 +214,20 @@ class GroupCommitter:
         result: BatchResult | None,
         error: BaseException | None,
     ) -> None:
+        _settle(taken, result, error)  # first: a failing report never leaves a caller waiting
         self._report([w for w, _ in taken], result if error is None else None)
-        _settle(taken, result, error)
 
     def _report(self, writes: list[Write], result: BatchResult | None) -> None:
-        if self._on_stored is not None:
-            for w in writes:
-                if type(w) is NewMessage:
+        if self._on_stored is None:
+            return
+        for w in writes:
+            if type(w) is NewMessage:
+                try:
                     self._on_stored(w, result)
+                except Exception as exc:  # noqa: BLE001 - the committer goes on; logged
+                    telemetry.log.error(
+                        "message_not_routed", msg_id=w.msg_id, actor_id=w.actor_id, error=repr(exc)
+                    )
 
     async def _commit_next(self) -> None:
         self._busy = True
