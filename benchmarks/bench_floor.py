@@ -46,7 +46,7 @@ import itertools
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -326,6 +326,33 @@ class _FloorSystem:
         inbox.put_nowait((msg_id, payload, reply))
 
 
+async def _timed(
+    store: _FloorStore, actors: Sequence[Any], sender: Callable[[Any], Awaitable[None]]
+) -> tuple[float, float]:
+    """Run the store's committer and every actor, and one ``sender`` per actor: (start time,
+    seconds until every sender is done). Then stop them all and close the store."""
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(store.run())] + [loop.create_task(a.run()) for a in actors]
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(sender(a) for a in actors))
+        return t0, time.perf_counter() - t0
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await store.close()
+
+
+def _count(d: Path, rows: str) -> int:
+    """``SELECT count(*) FROM <rows>`` on the floor's file in ``d``, after the run."""
+    check = sqlite3.connect(d / "floor.db")
+    try:
+        return int(check.execute(f"SELECT count(*) FROM {rows}").fetchone()[0])
+    finally:
+        check.close()
+
+
 # ============================================================================ 2. the durable floor
 
 
@@ -370,7 +397,6 @@ async def floor_durable(n_actors: int, per_actor: int) -> Sample:
         system = _FloorSystem(store)
         actors = [_FloorAccount(f"acct-{i:05d}", store) for i in range(n_actors)]
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(store.run())] + [loop.create_task(a.run()) for a in actors]
         told: list[float] = []
 
         async def sender(a: _FloorAccount) -> None:
@@ -382,18 +408,8 @@ async def floor_durable(n_actors: int, per_actor: int) -> Sample:
             got = await reply
             assert got == (per_actor * (per_actor + 1) // 2, per_actor), (a.actor_id, got)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(sender(a) for a in actors))
-        dt = time.perf_counter() - t0
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await store.close()
-        check = sqlite3.connect(d / "floor.db")
-        journal, mailbox = check.execute(
-            "SELECT (SELECT count(*) FROM journal), (SELECT count(*) FROM mailbox)"
-        ).fetchone()
-        check.close()
+        t0, dt = await _timed(store, actors, sender)
+        journal, mailbox = _count(d, "journal"), _count(d, "mailbox")
         assert (journal, mailbox) == (n_actors * per_actor, 0), (journal, mailbox)
     finally:
         rm_scratch(d)
@@ -483,7 +499,6 @@ async def floor_effects(n_sessions: int, steps: int, *, lean: bool = False) -> S
         system = _FloorSystem(store)
         sessions = [_FloorSession(f"session-{i:04d}", store) for i in range(n_sessions)]
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(store.run())] + [loop.create_task(s.run()) for s in sessions]
         expected = (per, sum(eff.workflow(x) for x in range(per)))
 
         async def sender(s: _FloorSession) -> None:
@@ -494,16 +509,8 @@ async def floor_effects(n_sessions: int, steps: int, *, lean: bool = False) -> S
             got = await reply
             assert got == expected, (s.actor_id, got, expected)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(sender(s) for s in sessions))
-        dt = time.perf_counter() - t0
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await store.close()
-        check = sqlite3.connect(d / "floor.db")
-        (done,) = check.execute("SELECT count(*) FROM effects WHERE status = 'done'").fetchone()
-        check.close()
+        _, dt = await _timed(store, sessions, sender)
+        done = _count(d, "effects WHERE status = 'done'")
         assert done == 3 * per * n_sessions, done
     finally:
         rm_scratch(d)
