@@ -146,9 +146,6 @@ class Wake:
         self._set = False
         self._waiter: asyncio.Future[None] | None = None
 
-    def is_set(self) -> bool:
-        return self._set
-
     def set(self) -> None:
         if not self._set:
             self._set = True

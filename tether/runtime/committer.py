@@ -214,7 +214,7 @@ class GroupCommitter:
         result: BatchResult | None,
         error: BaseException | None,
     ) -> None:
-        _settle(taken, result, error)  # first: a failing report never leaves a caller waiting
+        _resolve(taken, result, error)  # first: a failing report never leaves a caller waiting
         self._report([w for w, _ in taken], result if error is None else None)
 
     def _report(self, writes: list[Write], result: BatchResult | None) -> None:
@@ -285,7 +285,7 @@ def _is_stale(write: Write, result: BatchResult) -> bool:
     return isinstance(write, FencedWrite) and write.actor_id in result.stale
 
 
-def _settle(
+def _resolve(
     taken: list[tuple[Write, asyncio.Future[BatchResult]]],
     result: BatchResult | None,
     error: BaseException | None,
