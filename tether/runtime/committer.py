@@ -8,6 +8,14 @@ the commit that holds its write (I1, I2).
 If a whole batch fails, every write in it is retried on its own, so that one bad write (a
 corrupt payload, a constraint a bug broke) fails alone and the others still commit.
 
+A committed batch is settled in slices of ``_SETTLE_SLICE`` writes, one slice per turn of the
+event loop, always in commit order (a later batch's writes wait behind an earlier one's). A
+batch of thousands of writes wakes thousands of tasks: settled all at once, the loop works
+through every one of them while the writer thread sits idle, then the writer commits what they
+sent while the loop sits idle. Settled in slices, the committer takes what the first slice's
+tasks sent to the writer a turn later, and the loop works through the other slices while that
+commit runs: SQLite's own work (which releases the GIL) and the fsync overlap the loop's.
+
 A store whose writes never wait (``MemoryStore``: it has an ``apply_sync``) needs no batching:
 each write is applied in ``submit`` itself, in submission order, and its future is already
 settled when ``submit`` returns; ``apply_now`` does the same and returns the outcome itself,
@@ -18,6 +26,7 @@ without a future. To keep a tight loop of sends from starving the other tasks, e
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +66,12 @@ Write = (
     | Park
 )
 
+# A committed batch waiting to be settled: its writes, the offset of the first one not settled
+# yet, and the batch's result or error.
+_Settlement = tuple[
+    list[tuple[Write, "asyncio.Future[BatchResult]"]], int, BatchResult | None, BaseException | None
+]
+
 _FIELD: dict[type[Any], str] = {
     Spawn: "spawns",
     LeaseRelease: "releases",
@@ -73,6 +88,7 @@ _FIELD: dict[type[Any], str] = {
 }
 
 _YIELD_EVERY = 32
+_SETTLE_SLICE = 128  # writes settled per turn of the event loop
 
 
 def _sync_applier(store: Store) -> Callable[[Batch], BatchResult] | None:
@@ -105,6 +121,11 @@ class GroupCommitter:
         self._closed = False
         self._busy = False  # the writer task is applying a batch
         self._sync_count = 0
+        # Committed batches not settled yet, oldest first: (writes, offset of the first write
+        # not settled, result, error). Writes are settled in this order, and nothing is
+        # applied on the fast path while any wait here: settle order is commit order.
+        self._unsettled: deque[_Settlement] = deque()
+        self._draining = False
         self.commits = 0
         self.writes = 0
 
@@ -114,7 +135,7 @@ class GroupCommitter:
         when it must go through ``submit``: the store waits, writes are queued ahead of it (they
         commit first: submission order is commit order), the committer is closed, or it is
         this write's turn to let the other tasks run (``_YIELD_EVERY``)."""
-        if self._queue or self._busy or self._closed:
+        if self._queue or self._busy or self._closed or self._unsettled:
             return None
         if not (self._sync_count + 1) % _YIELD_EVERY:
             return None  # submit() applies it too, and settles it on the next turn of the loop
@@ -148,7 +169,7 @@ class GroupCommitter:
             raise JournalWriteError("the group committer is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[BatchResult] = loop.create_future()
-        if not self._queue and not self._busy:
+        if not self._queue and not self._busy and not self._unsettled:
             sync = _sync_applier(self._store)
             if sync is not None:
                 self._apply_now(sync, write, fut, loop)
@@ -179,7 +200,7 @@ class GroupCommitter:
         if self._sync_count % _YIELD_EVERY:
             self._settle([(write, fut)], result, error)
         else:  # let the other tasks run: the caller waits for one turn of the loop
-            loop.call_soon(self._settle, [(write, fut)], result, error)
+            self._settle_in_order([(write, fut)], result, error, at_once=False)
 
     async def run(self) -> None:
         """The writer task. Runs until ``close``; drains what is queued before it stops."""
@@ -193,6 +214,7 @@ class GroupCommitter:
         finally:
             self._closed = True
             self._stopped.set()
+            self._drain(limit=None)  # committed: settled as such, not failed below
             for _, fut in self._queue:
                 if not fut.done():
                     fut.set_exception(
@@ -207,6 +229,45 @@ class GroupCommitter:
         stopped = getattr(self, "_stopped", None)
         if stopped is not None:
             await stopped.wait()
+
+    def _settle_in_order(
+        self,
+        taken: list[tuple[Write, asyncio.Future[BatchResult]]],
+        result: BatchResult | None,
+        error: BaseException | None,
+        *,
+        at_once: bool = True,
+    ) -> None:
+        """Settle ``taken`` after every batch committed before it, a slice per turn of the
+        loop; the first slice now (``at_once``, when nothing older waits) or on the next turn."""
+        self._unsettled.append((taken, 0, result, error))
+        if self._draining:
+            return  # the drain under way reaches it in order
+        self._draining = True
+        if at_once:
+            self._drain()
+        else:
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self, limit: int | None = _SETTLE_SLICE) -> None:
+        """Settle up to ``limit`` writes (None: all) of the oldest unsettled batches; if any
+        are left, go on at the next turn of the loop."""
+        budget = limit
+        unsettled = self._unsettled
+        while unsettled and (budget is None or budget > 0):
+            taken, start, result, error = unsettled[0]
+            end = len(taken) if budget is None else min(len(taken), start + budget)
+            if end == len(taken):
+                unsettled.popleft()
+            else:
+                unsettled[0] = (taken, end, result, error)
+            if budget is not None:
+                budget -= end - start
+            self._settle(taken[start:end] if start or end < len(taken) else taken, result, error)
+        if unsettled:
+            asyncio.get_running_loop().call_soon(self._drain)
+        else:
+            self._draining = False
 
     def _settle(
         self,
@@ -243,26 +304,26 @@ class GroupCommitter:
             result = await self._store.apply(_batch(w for w, _ in taken))
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             if len(taken) == 1:
-                self._settle(taken, None, exc)
+                self._settle_in_order(taken, None, exc)
                 return
             telemetry.log.warning("batch_failed_retrying_alone", writes=len(taken), error=repr(exc))
             for item in taken:
                 try:
                     one = await self._store.apply(_batch([item[0]]))
                 except Exception as exc_one:  # noqa: BLE001 - the caller gets it as JournalWriteError
-                    self._settle([item], None, exc_one)
+                    self._settle_in_order([item], None, exc_one)
                 else:
-                    self._settle([item], one, None)
+                    self._settle_in_order([item], one, None)
             return
         except BaseException as exc:
-            self._settle(
+            self._settle_in_order(
                 taken, None, exc if isinstance(exc, Exception) else JournalWriteError("cancelled")
             )
             raise
         self.commits += 1
         self.writes += len(taken)
         telemetry.commit_size.record(len(taken))
-        self._settle(taken, result, None)
+        self._settle_in_order(taken, result, None)
 
 
 def _batch(writes: Any) -> Batch:
