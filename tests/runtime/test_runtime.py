@@ -479,12 +479,14 @@ async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(
         real = rt.store.new_messages
         calls = 0
 
-        async def flaky(after_seq: int, now: float, limit: int) -> list[tuple[int, str, str, bool]]:
+        async def flaky(
+            after_seq: int, now: float, limit: int, *, skip_prefix: str | None = None
+        ) -> list[tuple[int, str, str, bool]]:
             nonlocal calls
             calls += 1
             if calls <= 2:
                 raise OSError("disk I/O error")
-            return await real(after_seq, now, limit)
+            return await real(after_seq, now, limit, skip_prefix=skip_prefix)
 
         rt.store.new_messages = flaky  # type: ignore[method-assign]
         await acct.tell(s.Deposit(amount=3), delay=0.1)

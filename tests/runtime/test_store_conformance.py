@@ -313,6 +313,19 @@ async def test_new_messages_lists_due_messages_after_a_seq_watermark(store: Stor
     assert [m for _, _, m, _ in await store.new_messages(0, NOW, 3)] == ["m1", "m2", "m3"]
 
 
+async def test_new_messages_leaves_out_the_scanning_runtimes_own_sends(store: Store) -> None:
+    """With skip_prefix, messages whose id starts with it are left out (their sender routed
+    them); every other message is listed, in seq order, and the limit counts only those."""
+    await spawn(store, "a", "b")
+    await send(store, msg("rt1-1", "a"), msg("rt2-1", "b"), msg("rt1-2", "b"), msg("rt2-2", "a"))
+    got = await store.new_messages(0, NOW, 100, skip_prefix="rt1-")
+    assert [(a, m, r) for _, a, m, r in got] == [("b", "rt2-1", False), ("a", "rt2-2", False)]
+    assert [m for _, _, m, _ in await store.new_messages(0, NOW, 1, skip_prefix="rt1-")] == [
+        "rt2-1"
+    ]
+    assert len(await store.new_messages(0, NOW, 100, skip_prefix=None)) == 4
+
+
 # -- dedup (I1) ---------------------------------------------------------------------------------
 
 
@@ -1327,6 +1340,10 @@ async def test_unpark_brings_the_message_back_after_every_other_message(store: S
     assert (m1.deliver_at, m1.attempts, m1.parks) == (NOW + 5, 0, 1)
     assert m1.seq > watermark
     assert await store.new_messages(watermark, NOW + 5, 100) == [(m1.seq, "a", "m1", True)]
+    # Its sender's scan leaves out the messages it routed itself, but not one that came back.
+    assert await store.new_messages(watermark, NOW + 5, 100, skip_prefix="m") == [
+        (m1.seq, "a", "m1", True)
+    ]
     assert await store.unpark("m1", NOW + 6) is False  # not parked any more
     # The ledger row is untouched by unpark.
     [row] = await store.effects_of("a", "m1")

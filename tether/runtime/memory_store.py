@@ -309,10 +309,16 @@ class MemoryStore:
         return [self._stored(r) for r in rows[:limit]]
 
     async def new_messages(
-        self, after_seq: int, now: float, limit: int
+        self, after_seq: int, now: float, limit: int, *, skip_prefix: str | None = None
     ) -> list[tuple[int, str, str, bool]]:
         self._check()
-        rows = [r for r in self.mailbox.values() if r.seq > after_seq and _due(r.msg, now)]
+        rows = [
+            r
+            for r in self.mailbox.values()
+            if r.seq > after_seq
+            and _due(r.msg, now)
+            and not (skip_prefix and r.parks == 0 and r.msg.msg_id.startswith(skip_prefix))
+        ]
         return [(r.seq, r.msg.actor_id, r.msg.msg_id, r.parks > 0) for r in rows[:limit]]
 
     async def orphaned(self, now: float, limit: int) -> list[str]:

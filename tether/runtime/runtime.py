@@ -822,17 +822,19 @@ class Runtime:
         while True:
             now = self.clock()
             touched: dict[str, None] = {}
-            rows = await self.store.new_messages(watermark, now, 5000)
-            own = f"{self._id_prefix}-"
-            for seq, actor_id, msg_id, restored in rows:
+            # Our own sends are left out: each one was routed (to its cell, or to activation)
+            # right after its commit, by _message_stored or step_committed. A message that came
+            # back through the store (unparked, or a dead letter retried, from any process)
+            # was not, even if we sent it first: the store returns those.
+            rows = await self.store.new_messages(
+                watermark, now, 5000, skip_prefix=f"{self._id_prefix}-"
+            )
+            for seq, actor_id, msg_id, _restored in rows:
                 watermark = self._scan_watermark = max(watermark, seq)
                 cell = self.cells.get(actor_id)
                 if cell is None:
                     touched[actor_id] = None
-                elif msg_id not in cell.known and (restored or not msg_id.startswith(own)):
-                    # Our own sends were handed to the cell right after their commit. A message
-                    # that came back through the store (unparked, or a dead letter retried,
-                    # from any process) was not, even if we sent it first.
+                elif msg_id not in cell.known:
                     cell.rescan_requested = True
                     cell.wake.set()
             for actor_id in await self.store.due_between(last_due, now):

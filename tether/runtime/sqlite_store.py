@@ -829,12 +829,13 @@ class SqliteStore:
         ]
 
     async def new_messages(
-        self, after_seq: int, now: float, limit: int
+        self, after_seq: int, now: float, limit: int, *, skip_prefix: str | None = None
     ) -> list[tuple[int, str, str, bool]]:
+        skip = "AND NOT (parks = 0 AND substr(msg_id, 1, ?) = ?) " if skip_prefix else ""
         rows = await self._read(
             "SELECT seq, actor_id, msg_id, parks > 0 FROM mailbox WHERE seq > ? "
-            "AND (deliver_at <= ? OR deliver_at = created_at) ORDER BY seq LIMIT ?",
-            (after_seq, now, limit),
+            f"AND (deliver_at <= ? OR deliver_at = created_at) {skip}ORDER BY seq LIMIT ?",
+            (after_seq, now, *((len(skip_prefix), skip_prefix) if skip_prefix else ()), limit),
         )
         return [(s, a, m, bool(r)) for s, a, m, r in rows]
 

@@ -359,11 +359,13 @@ class Store(Protocol):
         ...
 
     async def new_messages(
-        self, after_seq: int, now: float, limit: int
+        self, after_seq: int, now: float, limit: int, *, skip_prefix: str | None = None
     ) -> list[tuple[int, str, str, bool]]:
         """``(seq, actor_id, msg_id, restored)`` of due messages stored after ``after_seq``.
         ``restored``: the message came back through the store (unparked, or a dead letter
-        retried, ``parks > 0``), whoever sent it first."""
+        retried, ``parks > 0``), whoever sent it first. Messages whose id starts with
+        ``skip_prefix`` and that were never restored are left out: the runtime that sent them
+        routed each one itself once it was stored."""
         ...
 
     async def orphaned(self, now: float, limit: int) -> list[str]:
