@@ -92,17 +92,45 @@ async def test_a_stored_row_of_a_type_the_class_no_longer_has_is_dead_lettered(
 # -- fields of the wrong type, values that cannot be encoded ----------------------------------
 
 
-async def test_a_field_of_the_wrong_type_is_dead_lettered_with_the_field_named(
+async def test_a_field_of_the_wrong_type_is_refused_at_tell_naming_the_field(
     tmp_path: Path,
 ) -> None:
-    """msgspec does not check types on construction: the sender's Add(amount="ten") is stored,
-    and its decoding on delivery fails naming the field. The actor goes on."""
+    """msgspec does not check types on construction: the sender's Add(amount="ten") is refused
+    by the send's check (tell and ask), naming the field; nothing is stored and the actor goes
+    on."""
     db = tmp_path / "a.db"
     async with fast(db) as rt:
         ledger = await rt.spawn(b.Ledger, "l")
-        await ledger.tell(b.Add(amount="ten"))  # type: ignore[arg-type]
+        with pytest.raises(tether.MessageRejected, match=r"Add with an invalid field .*\$\.amount"):
+            await ledger.tell(b.Add(amount="ten"))  # type: ignore[arg-type]
+        with pytest.raises(tether.MessageRejected, match=r"\$\.amount"):
+            await ledger.ask(b.Add(amount="ten"), timeout=5)  # type: ignore[arg-type]
+        assert rows(db, "SELECT COUNT(*) FROM mailbox") == [(0,)]
         await ledger.tell(b.Add(amount=3))
         assert await ledger.ask(b.Log(), timeout=5) == [3]
+        assert await rt.dead_letters.list() == []
+
+
+async def test_a_stored_field_of_the_wrong_type_is_dead_lettered_with_the_field_named(
+    tmp_path: Path,
+) -> None:
+    """A row already in the mailbox with a field of the wrong type (written by an older version
+    of the sender, or by hand) fails its decoding on delivery, naming the field. The actor goes
+    on with the messages behind it."""
+    db = tmp_path / "a.db"
+    async with fast(db) as rt:
+        ledger = await rt.spawn(b.Ledger, "l")
+        await ledger.tell(b.Add(amount=1), delay=0.4)
+        await ledger.tell(b.Add(amount=2), delay=0.4)
+    wrong = msgspec.msgpack.encode(b.Add(amount="ten"))  # type: ignore[arg-type]
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "UPDATE mailbox SET payload = ? WHERE seq = (SELECT MIN(seq) FROM mailbox)", (wrong,)
+        )
+    async with fast(db) as rt:
+        with anyio.fail_after(10):
+            while await rt.ref("l").ask(b.Log(), timeout=5) != [2]:
+                await anyio.sleep(0.05)
         [letter] = await rt.dead_letters.list()
         assert "$.amount" in letter.errors[-1]
         assert letter.reason.startswith("undecodable message")

@@ -89,23 +89,41 @@ class Step:
     )
 
     def __init__(self, cell: Cell) -> None:
+        # The collections start as shared empty tuples and become lists on their first add:
+        # most steps add to one of them or none, and every object a step allocates lives
+        # until its commit, long enough for the cycle collector to walk it, often twice.
         self.cell = cell
-        self.events: list[JournalRow] = []
-        self.outbox: list[NewMessage] = []
+        self.events: Sequence[JournalRow] = ()
+        self.outbox: Sequence[NewMessage] = ()
         self.stop_reason: str | None = None
         self.escalate: str | None = None
         self.closed = False
         self.reply_deferred = False  # this message's ask is answered by a later step
-        self.late_replies: list[tuple[str, Any]] = []  # (msg id of an earlier ask, answer)
+        self.late_replies: Sequence[tuple[str, Any]] = ()  # (msg id of an earlier ask, answer)
         self.next_effect = 0  # the index of the step's next effect (I5)
         # effect index -> why it must wait for a person (set by guards, e.g. a loop)
-        self.escalations: dict[int, str] = {}
+        self.escalations: dict[int, str] | None = None
         self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
         # Set when the step must wait for a person: it is parked instead of committed.
         self.suspended: str | None = None
         self.park_effect: EffectRecord | None = None
         self.park_approval: ApprovalRecord | None = None
         self.park_until = PARKED
+
+    def add_event(self, row: JournalRow) -> None:
+        if self.events:
+            self.events.append(row)  # type: ignore[attr-defined]
+        else:
+            self.events = [row]
+
+    def add_outbox(self, new: NewMessage) -> None:
+        if self.outbox:
+            self.outbox.append(new)  # type: ignore[attr-defined]
+        else:
+            self.outbox = [new]
+
+    def add_late_reply(self, msg_id: str, value: Any) -> None:
+        self.late_replies = [*self.late_replies, (msg_id, value)]
 
     def suspend(
         self,
@@ -226,13 +244,7 @@ class Cell:
         self.exited = asyncio.Event()
         self.rescan_requested = True
         self.processed = 0
-        self._msg_decoder = msgspec.msgpack.Decoder(
-            spec.message_types[0] if len(spec.message_types) == 1 else _union(spec.message_types)
-        )
-        self._event_decoder: msgspec.msgpack.Decoder[Any] | None = (
-            msgspec.msgpack.Decoder(_union(spec.event_types)) if spec.event_types else None
-        )
-        self._state_decoder = msgspec.msgpack.Decoder(spec.state_type)
+        self._msg_decoder, self._event_decoder, self._state_decoder = decoders(spec)
         self._log_context: dict[str, str] = {"actor_id": actor_id}
         if getattr(spec.cls, "is_session", False):
             self._log_context["session_id"] = actor_id  # a session id is its actor id
@@ -264,7 +276,7 @@ class Cell:
         payload = self.runtime.encode(event)
         assert self.instance is not None
         self._state = self.instance.apply(self._state, event)
-        step.events.append(JournalRow(self.seq + len(step.events) + 1, payload))
+        step.add_event(JournalRow(self.seq + len(step.events) + 1, payload))
 
     def ref(self, actor_id: str) -> ActorRef:
         return self.runtime.ref(actor_id)
@@ -405,7 +417,7 @@ class Cell:
         step = self.step
         if step is None or step.closed:
             raise ConfigError(f"{self._actor_id}: reply() is only allowed inside handle()")
-        step.late_replies.append((msg_id, value))
+        step.add_late_reply(msg_id, value)
 
     def stop_self(self, reason: str) -> None:
         if self.step is None or self.step.closed:
@@ -631,7 +643,6 @@ class Cell:
             payload=b"",
             deliver_at=0.0,
             attempts=0,
-            errors=[],
             wants_reply=False,
             local=msg,
         )
@@ -712,7 +723,11 @@ class Cell:
                 if m.attempts > 1:
                     telemetry.redeliveries.add(1)
             try:
-                msg = self._msg_decoder.decode(m.payload)
+                msg = m.decoded
+                if msg is None:
+                    msg = self._msg_decoder.decode(m.payload)
+                else:
+                    m.decoded = None  # a redelivery decodes afresh: the handler may mutate it
             except msgspec.DecodeError as exc:
                 errors = [
                     *_unfinished(m, m.attempts - 1, self.runtime.unfinished.get(m.msg_id)),
@@ -733,10 +748,14 @@ class Cell:
                 if m.wants_reply and not step.reply_deferred
                 else None
             )
-            late = [
-                LateReply(msg_id, rt.encode_reply(self.spec, value), rt.clock())
-                for msg_id, value in step.late_replies
-            ]
+            late = (
+                [
+                    LateReply(msg_id, rt.encode_reply(self.spec, value), rt.clock())
+                    for msg_id, value in step.late_replies
+                ]
+                if step.late_replies
+                else ()
+            )
         except StepSuspended as exc:
             if step.suspended is None:  # raised by hand, not by a wait the runtime knows of
                 failure = ConfigError(f"StepSuspended raised outside a wait: {exc.why}")
@@ -999,6 +1018,28 @@ def _unfinished(m: StoredMessage, upto: int, known: dict[int, str] | None = None
         for n in range(len(errors) + 1, upto + 1)
     )
     return errors
+
+
+_Decoders = tuple[
+    "msgspec.msgpack.Decoder[Any]",
+    "msgspec.msgpack.Decoder[Any] | None",
+    "msgspec.msgpack.Decoder[Any]",
+]
+_decoders: dict[type[Any], _Decoders] = {}
+
+
+def decoders(spec: ActorSpec) -> _Decoders:
+    """The decoders of an actor class's messages, events (None if it folds none) and state:
+    built once per class, shared by its cells and by the check of every send to it."""
+    found = _decoders.get(spec.cls)
+    if found is None:
+        types = spec.message_types
+        found = _decoders[spec.cls] = (
+            msgspec.msgpack.Decoder(types[0] if len(types) == 1 else _union(types)),
+            msgspec.msgpack.Decoder(_union(spec.event_types)) if spec.event_types else None,
+            msgspec.msgpack.Decoder(spec.state_type),
+        )
+    return found
 
 
 def _union(types: tuple[type[Any], ...]) -> Any:

@@ -314,7 +314,8 @@ class _Effect:
         """Why this call must wait for a person, or None."""
         if self.tool.requires_approval:
             return f"tool {self.tool.name} requires approval"
-        forced = self.step.escalations.get(self.idx)
+        escalations = self.step.escalations
+        forced = escalations.get(self.idx) if escalations else None
         if forced is not None:
             return forced
         instance = self.cell.instance
@@ -421,6 +422,8 @@ class _Effect:
             detail=detection.detail,
         )
         if detection.response == "escalate":
+            if self.step.escalations is None:
+                self.step.escalations = {}
             self.step.escalations[self.idx] = f"loop detected: {detection.detail}"
             return
         await self._flush()

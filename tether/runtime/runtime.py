@@ -37,7 +37,7 @@ from tether.errors import (
 )
 from tether.runtime import telemetry
 from tether.runtime.approvals import ApprovalPolicy, Approvals
-from tether.runtime.cell import Cell, Step, current_step
+from tether.runtime.cell import Cell, Step, current_step, decoders
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
@@ -336,7 +336,7 @@ class Runtime:
         new = self._prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
         step = current_step.get()
         if step is not None and not step.closed and step.cell.runtime is self:
-            step.outbox.append(new)  # committed with the sender's step (I2)
+            step.add_outbox(new)  # committed with the sender's step (I2)
             return
         self._claim_on_insert(new)
         if self.committer.apply_now(new) is None:  # routed by _message_stored once stored
@@ -452,6 +452,15 @@ class Runtime:
                 f"{type(msg).__name__} of {len(payload)} bytes (limit {self.max_message_bytes})",
                 spec.accepted_names,
             )
+        try:
+            # A Struct does not check its fields when it is built: decoding the payload as the
+            # receiver will finds a field of the wrong type now, before anything is stored,
+            # instead of at delivery. The receiver's cell here gets the decoded message.
+            decoded = decoders(spec)[0].decode(payload)
+        except msgspec.ValidationError as exc:
+            raise MessageRejected(
+                actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
+            ) from exc
         now = self.clock()
         return NewMessage(
             msg_id=f"{self._id_prefix}-{next(self._ids)}",
@@ -462,6 +471,7 @@ class Runtime:
             created_at=now,
             dedup_key=dedup_key,
             wants_reply=wants_reply,
+            decoded=decoded,
         )
 
     def _claim_on_insert(self, new: NewMessage) -> None:
@@ -508,8 +518,8 @@ class Runtime:
                     payload=new.payload,
                     deliver_at=new.deliver_at,
                     attempts=new.attempts,
-                    errors=[],
                     wants_reply=new.wants_reply,
+                    decoded=new.decoded,
                 )
             )
         else:

@@ -15,6 +15,7 @@ Every implementation must pass ``tests/runtime/test_store_conformance.py``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -49,10 +50,13 @@ class StoredMessage(msgspec.Struct):
     payload: bytes
     deliver_at: float
     attempts: int
-    errors: list[str]
     wants_reply: bool
+    errors: Sequence[str] = ()  # the error of each failed attempt, oldest first
     seq: int = 0
     local: Any = None  # an in-memory system message (never stored), already decoded
+    # the message as its receiver decodes it, when the sender in this process already did
+    # (sends are checked by decoding them): saves decoding the payload again on delivery
+    decoded: Any = None
     # times this message was set aside: parked (waiting on an effect or a person) or
     # dead-lettered and retried. Nonzero: its step may have ledger rows to replay.
     parks: int = 0
@@ -105,6 +109,9 @@ class NewMessage(msgspec.Struct):
     # the sending process, whose first attempt is then counted by the insert itself (I7)
     # instead of by a separate claim commit.
     attempts: int = 0
+    # The message as the receiver decodes ``payload`` (the send's check did): in memory only,
+    # handed to the receiver's cell with the message. Never stored.
+    decoded: Any = None
 
 
 class Spawn(msgspec.Struct):
@@ -163,13 +170,13 @@ class StepCommit(msgspec.Struct):
     actor_id: str
     fence: int
     msg_id: str
-    events: list[JournalRow]
-    outbox: list[NewMessage]
+    events: Sequence[JournalRow]
+    outbox: Sequence[NewMessage]
     reply: bytes | None = None
     snapshot: Snapshot | None = None
     claim_next: str | None = None
     stop: StopActor | None = None  # the actor stopped itself in this step
-    late_replies: list[LateReply] = msgspec.field(default_factory=list)
+    late_replies: Sequence[LateReply] = ()
 
 
 class Claim(msgspec.Struct):
