@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from tether.actors.messages import Message
@@ -30,9 +31,10 @@ class ActorRef:
         self._router = router
         self.id = actor_id
 
-    async def tell(
+    # tell and ask hand back the runtime's own coroutine: one coroutine per send, not two.
+    def tell(
         self, msg: Message, *, dedup_key: str | None = None, delay: float | None = None
-    ) -> None:
+    ) -> Coroutine[Any, Any, None]:
         """Enqueue ``msg``; returns once it is durably stored (I1).
 
         Args:
@@ -44,16 +46,18 @@ class ActorRef:
         From inside a handler the message joins the step's outbox instead, and is stored in the
         same transaction as the step (I2).
         """
-        await self._router.tell(self.id, msg, dedup_key=dedup_key, delay=delay)
+        return self._router.tell(self.id, msg, dedup_key=dedup_key, delay=delay)
 
-    async def ask(self, msg: Message, *, timeout: float, dedup_key: str | None = None) -> Any:
+    def ask(
+        self, msg: Message, *, timeout: float, dedup_key: str | None = None
+    ) -> Coroutine[Any, Any, Any]:
         """Enqueue ``msg`` and wait for the handler's return value.
 
         Raises ``AskTimeout`` after ``timeout`` seconds (the message stays queued and is still
         processed) and ``MessageDeadLettered`` if the message fails ``max_attempts`` times.
         Asking again with the same ``dedup_key`` waits for (or returns) the first reply.
         """
-        return await self._router.ask(self.id, msg, timeout=timeout, dedup_key=dedup_key)
+        return self._router.ask(self.id, msg, timeout=timeout, dedup_key=dedup_key)
 
     async def stop(self, reason: str = "stopped") -> None:
         """Stop the actor for good: it finishes its current message, then takes no more."""

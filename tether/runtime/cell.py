@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -462,10 +462,28 @@ class Cell:
             self.exited.set()
 
     async def _loop(self) -> None:
+        buffer = self.buffer
         while True:
-            msg = await self._next()
+            if buffer and not (
+                self.stop_reason is not None or self.leaving or self.rescan_requested
+            ):
+                msg: StoredMessage | None = buffer[0]  # what _next returns, without a coroutine
+            else:
+                msg = await self._next()
             if msg is not None:
-                await self._deliver(msg)
+                self.current = msg
+                if msg.local is None:
+                    telemetry.queue_age.record(max(0.0, self.runtime.clock() - msg.deliver_at))
+                telemetry.in_flight.add(1)
+                # Every log line of the handler (the user's own structlog calls included)
+                # carries the actor and the session (bound once: the cell runs in a task of its
+                # own) and the message; with tracing on, the trace too.
+                telemetry.bind_msg_id(msg.msg_id)
+                try:
+                    await self._deliver(msg)
+                finally:
+                    telemetry.in_flight.add(-1)
+                    self.current = msg = None  # not kept alive while the actor waits
                 continue
             if self.stop_reason is not None:
                 await self._safe_on_stop()  # stopped for good: the stop's commit ends the lease
@@ -670,36 +688,26 @@ class Cell:
 
     # -- delivery -----------------------------------------------------------------------------
 
-    async def _deliver(self, m: StoredMessage) -> None:
-        self.current = m
-        if m.local is None:
-            telemetry.queue_age.record(max(0.0, self.runtime.clock() - m.deliver_at))
-        telemetry.in_flight.add(1)
-        # Every log line of the handler (the user's own structlog calls included) carries the
-        # actor and the session (bound once: the cell runs in a task of its own) and the
-        # message; with tracing on, the trace too.
-        telemetry.bind_msg_id(m.msg_id)
-        try:
-            if telemetry.tracing_enabled():
-                attributes = {
-                    "tether.actor_id": self._actor_id,
-                    "tether.msg_id": m.msg_id,
-                    "tether.message_type": m.type,
-                }
-                with telemetry.tracer.start_as_current_span(
-                    "tether.handle", attributes=attributes
-                ) as span:
-                    trace_id = span.get_span_context().trace_id
-                    structlog.contextvars.bind_contextvars(trace_id=f"{trace_id:032x}")
-                    try:
-                        await self._deliver_current(m)
-                    finally:
-                        structlog.contextvars.unbind_contextvars("trace_id")
-            else:
+    def _deliver(self, m: StoredMessage) -> Coroutine[Any, Any, None]:
+        """Deliver ``m``: the coroutine that does, itself (one coroutine per message, not two),
+        or wrapped in its span when tracing is on."""
+        if telemetry.tracing_enabled():
+            return self._deliver_traced(m)
+        return self._deliver_current(m)
+
+    async def _deliver_traced(self, m: StoredMessage) -> None:
+        attributes = {
+            "tether.actor_id": self._actor_id,
+            "tether.msg_id": m.msg_id,
+            "tether.message_type": m.type,
+        }
+        with telemetry.tracer.start_as_current_span("tether.handle", attributes=attributes) as span:
+            trace_id = span.get_span_context().trace_id
+            structlog.contextvars.bind_contextvars(trace_id=f"{trace_id:032x}")
+            try:
                 await self._deliver_current(m)
-        finally:
-            telemetry.in_flight.add(-1)
-            self.current = None
+            finally:
+                structlog.contextvars.unbind_contextvars("trace_id")
 
     async def _deliver_current(self, m: StoredMessage) -> None:
         rt = self.runtime
