@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -378,6 +379,42 @@ def test_an_unknown_request_id_is_an_error_naming_it(
         assert code == 1
         assert out == ""
         assert_one_line_error(err, "no approval request with id 'apr-nope'")
+
+
+def damage_a_copy_of_the_request(db: Path) -> str:
+    """A second pending request for b1, its record undecodable: the id of the damaged one."""
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            con.execute(
+                "INSERT INTO approvals SELECT 'apr-damaged', actor_id, status, version, "
+                "created_at + 1, x'c1ffff' FROM approvals"
+            )
+    finally:
+        con.close()
+    return "apr-damaged"
+
+
+def test_approvals_list_shows_a_corrupt_request_by_id_and_every_other_one(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request_id = one_request_id(capsys, db)
+    damaged = damage_a_copy_of_the_request(db)
+    for argv in (["approvals", "list"], ["approvals", "list", "--session", "b1"]):
+        code, out, err = cli(capsys, "--db", db, *argv)
+        assert (code, err) == (0, "")
+        header, line, corrupt = out.splitlines()
+        assert header.startswith("REQUEST")
+        assert line.startswith(request_id)
+        assert corrupt.startswith(f"corrupt: approval request '{damaged}' cannot be decoded: ")
+    good, bad = cli_json(capsys, "--db", db, "approvals", "list")
+    assert good["request_id"] == request_id
+    assert bad["request_id"] == damaged
+    assert bad["status"] == "corrupt"
+    assert "cannot be decoded" in bad["error"]
+    code, out, err = cli(capsys, "--db", db, "approvals", "show", damaged)
+    assert (code, out) == (1, "")
+    assert_one_line_error(err, f"approval request '{damaged}' cannot be decoded")
 
 
 def test_a_decision_without_its_required_options_is_a_usage_error(

@@ -577,18 +577,35 @@ async def _cmd_tree(rt: tether.Runtime, args: argparse.Namespace) -> int:
 
 async def _cmd_approvals_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
     status = None if args.status == "all" else args.status
-    rows = [
-        approval_view(r)
-        for r in await rt.store.find_approvals(status=status, actor_id=args.session)
-    ]
+    # A request whose record cannot be decoded is listed as corrupt, by id: one damaged row
+    # must not hide the others (``approvals show`` on it gives the error).
+    corrupt: list[tuple[str, str]] = []
+    records = await rt.store.find_approvals(
+        status=status,
+        actor_id=args.session,
+        on_corrupt=lambda request_id, exc: corrupt.append((request_id, str(exc))),
+    )
+    rows = [approval_view(r) for r in records]
     if args.json:
-        _print_json(rows)
+        _print_json(
+            [
+                *rows,
+                *({"request_id": rid, "status": "corrupt", "error": err} for rid, err in corrupt),
+            ]
+        )
         return EXIT_OK
-    if not rows:
+    if not rows and not corrupt:
         which = "" if status is None else f"{status} "
         print(f"no {which}approval requests")
         return EXIT_OK
-    now = rt.clock()
+    if rows:
+        _print_approvals_table(rows, rt.clock())
+    for _, err in corrupt:
+        print(_one_line(f"corrupt: {err}"))
+    return EXIT_OK
+
+
+def _print_approvals_table(rows: list[tether.ApprovalRequest], now: float) -> None:
     print(
         _table(
             ["REQUEST", "SESSION", "TOOL", "ARGS", "STATUS", "APPROVALS", "DEADLINE", "REASON"],
@@ -607,7 +624,6 @@ async def _cmd_approvals_list(rt: tether.Runtime, args: argparse.Namespace) -> i
             ],
         )
     )
-    return EXIT_OK
 
 
 async def _cmd_approvals_show(rt: tether.Runtime, args: argparse.Namespace) -> int:

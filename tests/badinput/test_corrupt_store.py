@@ -312,28 +312,76 @@ async def test_a_receipt_whose_result_does_not_decode_is_never_called_again(
     assert [("ship", key)] == b.CALLS
 
 
-async def test_a_corrupt_approval_record_names_the_request_and_others_are_still_served(
-    tmp_path: Path,
-) -> None:
-    db = tmp_path / "a.db"
+async def two_shops_one_corrupt(db: Path) -> tuple[str, str]:
+    """shop-a and shop-b each wait for approval of a wire; shop-a's request is undecodable.
+    Returns the two request ids (a, b)."""
     async with fast(db) as rt:
         for shop_id in ("shop-a", "shop-b"):
             shop = await rt.spawn(b.Shop, shop_id)
             with pytest.raises(tether.AskTimeout):
                 await shop.ask(b.Wire(to="acme", cents=5), timeout=0.3)
         [req_a] = await rt.approvals.pending("shop-a")
-    sql(db, "UPDATE approvals SET record = x'c1ffff' WHERE actor_id = 'shop-a'")
-    async with fast(db) as rt:
-        with pytest.raises(tether.CorruptRecordError, match=req_a.request_id):
-            await rt.approvals.decide(req_a.request_id, tether.Approve(by="ana"))
-        with pytest.raises(tether.CorruptRecordError, match=req_a.request_id):
-            await rt.approvals.pending()
         [req_b] = await rt.approvals.pending("shop-b")
-        await rt.approvals.decide(req_b.request_id, tether.Approve(by="ana"))
+    sql(db, "UPDATE approvals SET record = x'c1ffff' WHERE actor_id = 'shop-a'")
+    return req_a.request_id, req_b.request_id
+
+
+def corrupt_approval_logs(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in logs if e["event"] == "approval_record_corrupt"]
+
+
+async def test_a_corrupt_approval_record_names_the_request_and_others_are_still_served(
+    tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    db = tmp_path / "a.db"
+    req_a, req_b = await two_shops_one_corrupt(db)
+    async with fast(db) as rt:
+        with pytest.raises(tether.CorruptRecordError, match=req_a):
+            await rt.approvals.decide(req_a, tether.Approve(by="ana"))
+        with pytest.raises(tether.CorruptRecordError, match=req_a):
+            await rt.approvals.get(req_a)
+        for _ in range(3):  # listed again and again: logged once
+            assert [r.request_id for r in await rt.approvals.pending()] == [req_b]
+        assert await rt.approvals.pending("shop-a") == []
+        [corrupt] = corrupt_approval_logs(logs)
+        assert corrupt["log_level"] == "error"
+        assert corrupt["request_id"] == req_a
+        assert f"{req_a!r} cannot be decoded: MessagePack data is malformed" in corrupt["error"]
+        await rt.approvals.decide(req_b, tether.Approve(by="ana"))
         with anyio.fail_after(5):
             while await rt.ref("shop-b").ask(b.Log(), timeout=5) != ["wired 5 to acme"]:
                 await anyio.sleep(0.05)
     assert [c for c, _ in b.CALLS] == ["wire"]
+
+
+async def test_a_corrupt_approval_record_does_not_stop_the_scheduler_of_a_runtime_with_a_handler(
+    tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    """The handler is offered the pending requests on every orphan scan: the corrupt one must
+    not fail the scan, or the actors whose owner died are never taken over."""
+    db = tmp_path / "a.db"
+    req_a, req_b = await two_shops_one_corrupt(db)
+    async with fast(db) as rt:
+        ledger = await rt.spawn(b.Ledger, "l")
+        await ledger.ask(b.Add(amount=1), timeout=5)
+        await ledger.tell(b.Add(amount=3), delay=0.3)
+    # Its owner died holding the lease (a runtime that is not registered any more).
+    sql(db, "UPDATE actors SET lease_owner = 'ghost', lease_expires = 1e12 WHERE actor_id = 'l'")
+    offered: list[str] = []
+
+    async def handler(request: tether.ApprovalRequest) -> None:
+        offered.append(request.request_id)
+
+    rt = fast(db, lease_ttl=0.4)  # an orphan scan every 0.2 s
+    rt.approvals.attach(handler)
+    async with rt:
+        with anyio.fail_after(5):  # nobody asks "l": only the scheduler can take it over
+            while b.fold([r.payload for r in await rt.store.load_journal("l", 0, 10)]) != [1, 3]:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)  # a few more scans
+        assert set(offered) == {req_b}  # offered on each scan: the handler left it pending
+    assert [e["request_id"] for e in corrupt_approval_logs(logs)] == [req_a]
+    assert [e for e in logs if e["event"] == "background_task_failed"] == []
 
 
 # -- dead letters --------------------------------------------------------------------------------

@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from tether.actors.actor import import_object
-from tether.errors import ApprovalClosed, ApprovalNotFound, ConfigError, ToolInputError
+from tether.errors import (
+    ApprovalClosed,
+    ApprovalNotFound,
+    ConfigError,
+    CorruptRecordError,
+    ToolInputError,
+)
 from tether.runtime import telemetry
 from tether.runtime.store import ApprovalDecision, ApprovalRecord
 
@@ -249,6 +255,20 @@ def view(record: ApprovalRecord) -> ApprovalRequest:
     )
 
 
+# Request ids whose undecodable record this process has already logged: listings run again and
+# again (every orphan scan offers the pending requests to the handlers), and one error naming
+# the request is enough; addressing it by id still raises CorruptRecordError every time.
+_reported_corrupt: set[str] = set()
+
+
+def report_corrupt(request_id: str, error: CorruptRecordError) -> None:
+    """Log, once per process, a request that a listing left out because it cannot be decoded."""
+    if request_id in _reported_corrupt:
+        return
+    _reported_corrupt.add(request_id)
+    telemetry.log.error("approval_record_corrupt", request_id=request_id, error=str(error))
+
+
 def _decode_args(blob: bytes) -> dict[str, Any]:
     try:
         return msgspec.msgpack.decode(blob, type=dict[str, Any])
@@ -280,8 +300,12 @@ class Approvals:
         """Every request waiting for a decision (of one session, if given), oldest first.
 
         A request whose deadline has passed takes no decision any more; its default outcome
-        applies when its session next runs. It is left out unless ``include_expired``."""
-        rows = await self._rt.store.find_approvals(status="pending", actor_id=session_id)
+        applies when its session next runs. It is left out unless ``include_expired``.
+        A request whose stored record cannot be decoded is left out too, and logged (once per
+        process) as ``approval_record_corrupt`` naming it."""
+        rows = await self._rt.store.find_approvals(
+            status="pending", actor_id=session_id, on_corrupt=report_corrupt
+        )
         now = self._rt.clock()
         return [view(r) for r in rows if include_expired or r.deadline > now]
 
@@ -375,11 +399,15 @@ class Approvals:
         runtime started (their sessions may be passivated until their deadline), and those
         held by other runtimes on the store. Deciding twice is harmless: the first decision
         wins and the second is refused (``ApprovalClosed``), so several runtimes with
-        handlers may offer the same request."""
+        handlers may offer the same request. A request that cannot be decoded is logged and
+        skipped: this runs on every orphan scan of the scheduler, which must go on to its
+        other work."""
         if not self._handlers:
             return
         now = self._rt.clock()
-        for record in await self._rt.store.find_approvals(status="pending"):
+        for record in await self._rt.store.find_approvals(
+            status="pending", on_corrupt=report_corrupt
+        ):
             if record.deadline > now and record.request_id not in self._offered:
                 self._rt.start_soon(self._offer, record.request_id)
 

@@ -6,9 +6,11 @@ nothing, so it is for tests of actor logic, never for durability.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
-from tether.errors import StoreError
+from tether.errors import CorruptRecordError, StoreError
 from tether.runtime.store import (
     ActorRecord,
     ApprovalRecord,
@@ -494,7 +496,9 @@ class MemoryStore:
         status: str | None = None,
         actor_id: str | None = None,
         request_id: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
     ) -> list[ApprovalRecord]:
+        # Records are kept decoded here: nothing can be corrupt, so on_corrupt is never called.
         self._check()
         rows = [
             a

@@ -1020,6 +1020,7 @@ class SqliteStore:
         status: str | None = None,
         actor_id: str | None = None,
         request_id: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
     ) -> list[ApprovalRecord]:
         where, params = [], []
         for column, value in (
@@ -1034,7 +1035,15 @@ class SqliteStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         rows = await self._read(sql + " ORDER BY created_at, request_id", params)
-        return [_approval(rid, blob) for rid, blob in rows]
+        if on_corrupt is None:
+            return [_approval(rid, blob) for rid, blob in rows]
+        records = []
+        for rid, blob in rows:
+            try:
+                records.append(_approval(rid, blob))
+            except CorruptRecordError as exc:
+                on_corrupt(rid, exc)
+        return records
 
     async def update_approval(self, record: ApprovalRecord, expected_version: int) -> bool:
         async def swap(db: _Tx) -> bool:

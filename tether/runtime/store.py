@@ -15,10 +15,13 @@ Every implementation must pass ``tests/runtime/test_store_conformance.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+
+if TYPE_CHECKING:
+    from tether.errors import CorruptRecordError
 
 SCHEMA_VERSION = 2
 
@@ -444,8 +447,14 @@ class Store(Protocol):
         status: str | None = None,
         actor_id: str | None = None,
         request_id: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
     ) -> list[ApprovalRecord]:
-        """Approval requests matching every filter given, oldest first."""
+        """Approval requests matching every filter given, oldest first.
+
+        A matching row that cannot be decoded raises ``CorruptRecordError`` naming its request,
+        unless ``on_corrupt`` is given: then it is left out of the result and reported as
+        ``on_corrupt(request_id, error)``, so that a listing still serves every other request
+        (a store that keeps no encoded rows never calls it)."""
         ...
 
     async def update_approval(self, record: ApprovalRecord, expected_version: int) -> bool:
