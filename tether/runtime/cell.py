@@ -389,10 +389,12 @@ class Cell:
         if not self.deferred:
             return []
         writes, self.deferred = self.deferred, []
-        return [
-            w.submit() if isinstance(w, Staged) else self.runtime.committer.submit(w)
-            for w in writes
-        ]
+        submit = self.runtime.committer.submit
+        # A loop, not a comprehension: that would make ``self`` a closure cell on every call.
+        futures = []
+        for w in writes:
+            futures.append(w.submit() if isinstance(w, Staged) else submit(w))  # noqa: PERF401
+        return futures
 
     async def commit_effect(self, write: EffectWrite, *with_: asyncio.Future[Any]) -> None:
         """Commit one ledger row now (an intent must be durable before its call), in the same
@@ -756,14 +758,7 @@ class Cell:
                 if m.wants_reply and not step.reply_deferred
                 else None
             )
-            late = (
-                [
-                    LateReply(msg_id, rt.encode_reply(self.spec, value), rt.clock())
-                    for msg_id, value in step.late_replies
-                ]
-                if step.late_replies
-                else ()
-            )
+            late = self._late_replies(step) if step.late_replies else ()
         except StepSuspended as exc:
             if step.suspended is None:  # raised by hand, not by a wait the runtime knows of
                 failure = ConfigError(f"StepSuspended raised outside a wait: {exc.why}")
@@ -851,6 +846,15 @@ class Cell:
             rt.actor_stopped_itself(self, step.stop_reason)
         elif step.escalate is not None:
             await self._act_on(await rt.supervision.report(self, SupervisorFailed(step.escalate)))
+
+    def _late_replies(self, step: Step) -> list[LateReply]:
+        # Not a comprehension inside _deliver_current: the names it used would become closure
+        # cells, allocated on every delivery.
+        rt = self.runtime
+        return [
+            LateReply(msg_id, rt.encode_reply(self.spec, value), rt.clock())
+            for msg_id, value in step.late_replies
+        ]
 
     async def _park(self, m: StoredMessage, step: Step) -> None:
         """Set the message aside until its wait is resolved; the actor goes on with the next."""

@@ -7,6 +7,7 @@ nothing, so it is for tests of actor logic, never for durability.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -38,6 +39,15 @@ class _Row(msgspec.Struct):
 class _ReplyRow(msgspec.Struct):
     reply: Reply
     created_at: float
+
+
+T = TypeVar("T", bound=Any)
+
+
+def _live(ops: list[T], stale: set[str]) -> list[T]:
+    """``ops`` of actors whose writes were not rejected as stale. A function of its own, not a
+    comprehension in ``apply_sync``: there ``stale`` would be a closure cell on every write."""
+    return [op for op in ops if op.actor_id not in stale]
 
 
 def _due(m: NewMessage, now: float) -> bool:
@@ -112,10 +122,10 @@ class MemoryStore:
         if batch.spawns or batch.revives or batch.watches or batch.releases or batch.acquires:
             self._apply_registry(batch, result)
 
-        steps = [s for s in batch.steps if s.actor_id not in stale] if stale else batch.steps
+        steps = _live(batch.steps, stale) if stale else batch.steps
         # Plain loops, not comprehensions, over the steps: cheaper for the usual one write.
         messages = batch.messages  # then the steps' outboxes, in order
-        claims = [c.msg_id for c in batch.claims if c.actor_id not in stale] if batch.claims else []
+        claims = [c.msg_id for c in _live(batch.claims, stale)] if batch.claims else []
         stop_ops: list[StopActor] = []
         for s in steps:
             if s.outbox:

@@ -44,7 +44,14 @@ class ActorRecord(msgspec.Struct, frozen=True):
     created_at: float
 
 
-class StoredMessage(msgspec.Struct):
+# gc=False on the records a message makes on its way (StoredMessage, NewMessage, StepCommit,
+# Snapshot, LateReply, Claim, EffectRecord, EffectWrite): they hold only data (strings, bytes,
+# numbers, decoded messages and events, lists of other such records) and can never be part of
+# a reference cycle. Left to the cycle collector, each one lives until its commit, long enough
+# to be walked by young collections and promoted, and promotions trigger full collections.
+
+
+class StoredMessage(msgspec.Struct, gc=False):
     """A mailbox row, as delivered to an actor."""
 
     msg_id: str
@@ -72,7 +79,7 @@ class JournalRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     payload: bytes
 
 
-class Snapshot(msgspec.Struct, frozen=True):
+class Snapshot(msgspec.Struct, frozen=True, gc=False):
     seq: int
     state: bytes
 
@@ -99,7 +106,7 @@ class DeadLetter(msgspec.Struct, frozen=True):
 # -- the writes a batch can hold ---------------------------------------------------------------
 
 
-class NewMessage(msgspec.Struct):
+class NewMessage(msgspec.Struct, gc=False):
     msg_id: str
     actor_id: str
     type: str
@@ -159,7 +166,7 @@ class Watch(msgspec.Struct):
     watched: str
 
 
-class LateReply(msgspec.Struct, frozen=True):
+class LateReply(msgspec.Struct, frozen=True, gc=False):
     """An answer to an ask made by an earlier message (a task that took several steps)."""
 
     msg_id: str
@@ -167,7 +174,7 @@ class LateReply(msgspec.Struct, frozen=True):
     at: float
 
 
-class StepCommit(msgspec.Struct):
+class StepCommit(msgspec.Struct, gc=False):
     """One processed message (I2): its events, outbox, reply and ack, plus the next claim."""
 
     actor_id: str
@@ -182,7 +189,7 @@ class StepCommit(msgspec.Struct):
     late_replies: Sequence[LateReply] = ()
 
 
-class Claim(msgspec.Struct):
+class Claim(msgspec.Struct, gc=False):
     """Count a delivery attempt before the handler runs, so a process-killing message is counted."""
 
     actor_id: str
@@ -202,7 +209,7 @@ class AttemptFailed(msgspec.Struct):
     claim_again: bool = False  # also count the attempt of the redelivery that follows
 
 
-class EffectRecord(msgspec.Struct):
+class EffectRecord(msgspec.Struct, gc=False):
     """A row of the effects ledger (I4): one effect of one step, from intent to receipt.
 
     ``status`` is one of
@@ -234,7 +241,7 @@ class EffectRecord(msgspec.Struct):
 EFFECT_STATUSES = ("pending", "done", "failed", "quarantined", "retry", "aborted")
 
 
-class EffectWrite(msgspec.Struct):
+class EffectWrite(msgspec.Struct, gc=False):
     """Insert or update one ledger row, fenced like a step (a stale owner records nothing)."""
 
     fence: int
