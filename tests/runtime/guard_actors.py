@@ -103,6 +103,14 @@ class EscalatingResearcher(Researcher):
     loop_policy = tether.LoopPolicy(repeat=3, on_repeat="escalate")
 
 
+class ShortMemoryResearcher(Researcher):
+    """Keeps only 6 recent calls: a long ledger is mostly older than its detector's memory."""
+
+    loop_policy = tether.LoopPolicy(
+        repeat=3, cycle_period=2, cycle_repeats=2, window=None, no_progress=None, history=6
+    )
+
+
 class WaryCaller(Caller):
     """After 2 failures of a tool in a row, its next call waits for a person."""
 

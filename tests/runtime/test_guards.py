@@ -20,8 +20,11 @@ from tests.runtime.guard_actors import (
     Ping,
     Researcher,
     Search,
+    ShortMemoryResearcher,
     Stubborn,
 )
+from tether.actors.guards.actors import GetLoopState, LoopGuard
+from tether.runtime.store import EffectRecord
 from tether.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -142,6 +145,52 @@ async def test_the_loop_history_survives_a_restart(tmp_path: Path) -> None:
         answer = await rt.ref("r1").ask(Search(query="same"), timeout=5)
     assert answer.startswith("loop repeat/feedback")
     assert len(ga.CALLS) == 2
+
+
+async def test_a_restarted_loop_guard_reads_only_its_history_of_a_long_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After 300 calls, a restarted guard reads the newest `history` (6) ledger rows, not the
+    whole ledger; it remembers the same calls and slots as the guard before the restart, and a
+    repeat begun before the restart is detected after it."""
+    history = 6
+    async with runtime(tmp_path) as rt:
+        r = await rt.spawn(ShortMemoryResearcher, "r1")
+        for q in [*(f"q{i}" for i in range(298)), "same", "same"]:
+            assert (await r.ask(Search(query=q), timeout=5)).startswith("results for")
+        before = rt.cells["r1/loops"].instance
+        assert isinstance(before, LoopGuard)
+        ledger = await rt.store.find_effects(actor_id="r1")
+    assert len(ledger) == 300
+    assert len(before.state.history) == history
+
+    async with runtime(tmp_path) as rt:
+        reads: list[list[EffectRecord]] = []
+        recent_effects = rt.store.recent_effects
+
+        async def counted(*args: Any, **kwargs: Any) -> list[EffectRecord]:
+            rows = await recent_effects(*args, **kwargs)
+            reads.append(rows)
+            return rows
+
+        async def whole_ledger(*args: Any, **kwargs: Any) -> list[EffectRecord]:
+            raise AssertionError("the guard read the whole ledger")
+
+        monkeypatch.setattr(rt.store, "recent_effects", counted)
+        monkeypatch.setattr(rt.store, "find_effects", whole_ledger)
+        await rt.ref("r1/loops").ask(GetLoopState(), timeout=5)  # starts the guard
+        after = rt.cells["r1/loops"].instance
+        assert isinstance(after, LoopGuard)
+        assert [len(rows) for rows in reads] == [history]
+        assert reads[0] == ledger[-history:]
+        # The rebuilt calls are the ones the guard saw live, with the same results.
+        assert [(c.tool, c.args_hash, c.result_hash) for c in after.state.history] == [
+            (c.tool, c.args_hash, c.result_hash) for c in before.state.history
+        ]
+        assert list(after.seen_slots) == [f"{e.msg_id}#{e.idx}" for e in ledger[-history:]]
+        answer = await rt.ref("r1").ask(Search(query="same"), timeout=5)
+    assert answer.startswith("loop repeat/feedback: search was called 3 times in a row")
+    assert len(ga.CALLS) == 300
 
 
 async def test_a_loop_policy_can_escalate_the_call_to_a_person(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ nothing, so it is for tests of actor logic, never for durability.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import msgspec
@@ -452,6 +452,29 @@ class MemoryStore:
             and (key is None or e.key == key)
         ]
         return sorted(rows, key=lambda e: (e.created_at, e.actor_id, e.msg_id, e.idx))
+
+    async def recent_effects(
+        self,
+        actor_id: str,
+        limit: int,
+        *,
+        after: float | None = None,
+        exclude_tools: Collection[str] = (),
+    ) -> list[EffectRecord]:
+        self._check()
+        if limit < 0:
+            raise ValueError(f"recent_effects: limit must be >= 0, not {limit}")
+        rows = sorted(
+            (
+                e
+                for e in self.effects.values()
+                if e.actor_id == actor_id
+                and (after is None or e.created_at > after)
+                and e.tool not in exclude_tools
+            ),
+            key=lambda e: (e.created_at, e.msg_id, e.idx),
+        )
+        return rows[-limit:] if limit else []  # (rows[-0:] would be every row)
 
     async def resolve_effect(
         self, key: str, record: EffectRecord, now: float

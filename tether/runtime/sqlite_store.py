@@ -23,7 +23,7 @@ import functools
 import itertools
 import os
 import sqlite3
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -992,6 +992,38 @@ class SqliteStore:
             sql += " WHERE " + " AND ".join(where)
         rows = await self._read(sql + " ORDER BY created_at, actor_id, msg_id, idx", params)
         return [_effect(r) for r in rows]
+
+    async def recent_effects(
+        self,
+        actor_id: str,
+        limit: int,
+        *,
+        after: float | None = None,
+        exclude_tools: Collection[str] = (),
+    ) -> list[EffectRecord]:
+        if limit < 0:  # SQLite reads a negative LIMIT as none at all
+            raise ValueError(f"recent_effects: limit must be >= 0, not {limit}")
+        where: list[str] = ["actor_id = ?"]
+        params: list[Any] = [actor_id]
+        if after is not None:
+            where.append("created_at > ?")
+            params.append(after)
+        excluded = sorted(set(exclude_tools))
+        if excluded:  # before the LIMIT: an excluded row must not take a kept row's place
+            where.append(f"tool NOT IN ({', '.join('?' * len(excluded))})")
+            params.extend(excluded)
+        # Newest first to apply the LIMIT, then reversed to oldest first. The primary key
+        # (actor_id, msg_id, idx) narrows the scan to this actor's rows and SQLite's sorter
+        # keeps only the top `limit` of them: at most `limit` rows leave SQLite and are decoded.
+        # SQLite itself still walks every row of the actor (no index is in created_at order;
+        # one on (actor_id, created_at, msg_id, idx) would let it stop after `limit`, at the
+        # cost of a schema version).
+        rows = await self._read(
+            f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE {' AND '.join(where)}"
+            " ORDER BY created_at DESC, msg_id DESC, idx DESC LIMIT ?",
+            [*params, limit],
+        )
+        return [_effect(r) for r in reversed(rows)]
 
     async def resolve_effect(
         self, key: str, record: EffectRecord, now: float

@@ -15,7 +15,7 @@ Every implementation must pass ``tests/runtime/test_store_conformance.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -434,6 +434,23 @@ class Store(Protocol):
         self, *, actor_id: str | None = None, status: str | None = None, key: str | None = None
     ) -> list[EffectRecord]:
         """Ledger rows matching every filter given, oldest first."""
+        ...
+
+    async def recent_effects(
+        self,
+        actor_id: str,
+        limit: int,
+        *,
+        after: float | None = None,
+        exclude_tools: Collection[str] = (),
+    ) -> list[EffectRecord]:
+        """The newest ``limit`` ledger rows of ``actor_id`` created strictly after ``after``
+        whose tool is not in ``exclude_tools``, returned oldest first.
+
+        The same rows, in the same order, as the tail of ``find_effects(actor_id=...)`` after
+        those filters: ordered by ``(created_at, msg_id, idx)``. Both filters apply before the
+        limit, and at most ``limit`` rows are decoded, however long the actor's ledger: this is
+        how a loop guard rebuilds its recent calls. ``limit`` must be >= 0 (``ValueError``)."""
         ...
 
     async def resolve_effect(

@@ -181,12 +181,22 @@ class LoopGuard(Actor[LoopState]):
         import hashlib
 
         cell = self._tether_cell
-        rows = await cell.runtime.store.find_effects(actor_id=self.session_id)
-        unwatched = await _unwatched_tools(cell.runtime, self.session_id)
-        rows = [r for r in rows if r.created_at > self.state.reset_at and r.tool not in unwatched]
-        rows.sort(key=lambda r: (r.created_at, r.msg_id, r.idx))
+        session_cls = await _session_class(cell.runtime, self.session_id)
+        # The runtime sets the session's policy only once this has run; the rebuild needs its
+        # history bound now (the default's would keep too many calls, or too few).
+        policy = getattr(session_cls, "loop_policy", None)
+        if isinstance(policy, LoopPolicy):
+            self.policy = policy
+        # Only the rows the detector can keep are read: the newest `history` watched calls
+        # after the last reset (oldest first), however long the session's ledger has grown.
+        rows = await cell.runtime.store.recent_effects(
+            self.session_id,
+            self.policy.history,
+            after=self.state.reset_at,
+            exclude_tools=_unwatched_tools(session_cls),
+        )
         events: list[LoopEvent] = []
-        for r in rows[-self.policy.history :]:
+        for r in rows:
             # The same hashes the effect path gives the detector (tether.runtime.effects).
             args_hash = r.input_hash[:16]
             self.remember(f"{r.msg_id}#{r.idx}")
@@ -285,17 +295,22 @@ class Gate(Actor[GateState]):
         return f"{len(s.pending)} pending; {s.approved} approved, {s.rejected} rejected"
 
 
-async def _unwatched_tools(rt: Any, session_id: str) -> frozenset[str]:
-    """The tools of a session whose calls the live effect path never shows its loop guard
-    (``loop_guard=False``: the session's model)."""
+async def _session_class(rt: Any, session_id: str) -> type[Any] | None:
+    """The class of the session a guard watches; None if it has no record or its class cannot
+    be imported here (the guard then keeps its defaults)."""
     from tether.actors.actor import import_class
 
     rec = await rt.store.get_actor(session_id)
     if rec is None:
-        return frozenset()
+        return None
     try:
-        cls = import_class(rec.class_path)
+        return import_class(rec.class_path)
     except ConfigError:
-        return frozenset()
+        return None
+
+
+def _unwatched_tools(cls: type[Any] | None) -> frozenset[str]:
+    """The tools of a session whose calls the live effect path never shows its loop guard
+    (``loop_guard=False``: the session's model)."""
     tools = [*getattr(cls, "tools", ()), getattr(cls, "_model_tool", None)]
     return frozenset(t.name for t in tools if t is not None and not t.loop_guard)
