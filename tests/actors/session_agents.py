@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 import tether
+from tether.actors.context import ChatMessage, ToolCallRecord
 from tether.testing import ScriptedModel
 
 LOG: list[tuple[str, Any]] = []
@@ -111,3 +112,23 @@ class SlowAgent(tether.AgentSession):
     model = ScriptedModel(
         lambda r: tether.ToolCall(tool="lookup_order", args={"order_id": str(r.step % 2 + 42)})
     )
+
+
+def look_then_answer(request: tether.ModelRequest) -> tether.ToolCall | tether.FinalAnswer:
+    """One lookup per task, then the answer: four history entries a task (the user's message,
+    the call's thought, the tool call, the answer)."""
+    last = request.bundle.history[-1]
+    if isinstance(last, ChatMessage) and last.role == "user":
+        order_id = last.text.rsplit(" ", 1)[-1]
+        return tether.ToolCall(tool="lookup_order", args={"order_id": order_id}, thought="look")
+    assert isinstance(last, ToolCallRecord)
+    return tether.FinalAnswer(text=f"found: {last.result}")
+
+
+class ShortMemoryAgent(tether.AgentSession):
+    """Keeps only its five newest history entries."""
+
+    tools = [lookup_order]
+    model = ScriptedModel(look_then_answer)
+    max_history = 5
+    loop_policy = None  # its tasks look the same two orders up, over and over, on purpose

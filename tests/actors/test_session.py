@@ -3,11 +3,13 @@ final answer, recovery at the frontier, the error taxonomy wired in, cancellatio
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 import tether
@@ -16,10 +18,13 @@ from tests.actors.session_agents import (
     LoopingAgent,
     RefundAgent,
     ScriptedAgent,
+    ShortMemoryAgent,
     SlowAgent,
     StubbornAgent,
 )
-from tether.actors.session import GetSessionInfo, StepBegun
+from tether.actors.context import ChatMessage, ToolCallRecord
+from tether.actors.session import GetSessionInfo, SessionState, StepBegun, TaskStarted
+from tether.testing import ScriptedModel
 
 pytestmark = pytest.mark.anyio
 
@@ -181,3 +186,102 @@ async def test_a_session_needs_a_goal_and_a_model(tmp_path: Path) -> None:
 
         class Broken(tether.AgentSession):
             tools = [print]  # type: ignore[list-item]
+
+
+# -- the history bound (max_history) --------------------------------------------------------
+
+
+def _task_entries(order_id: str) -> list[ChatMessage | ToolCallRecord]:
+    """What one ShortMemoryAgent task adds to the history."""
+    result = msgspec.json.encode(msgspec.to_builtins(sa.ORDERS[order_id]), order="sorted")
+    return [
+        ChatMessage(role="user", text=f"check order {order_id}"),
+        ChatMessage(role="assistant", text="look"),
+        ToolCallRecord(tool="lookup_order", args={"order_id": order_id}, result=result.decode()),
+        ChatMessage(role="assistant", text=f"found: {result.decode()}"),
+    ]
+
+
+async def _run_tasks(s: tether.ActorRef, n: int) -> list[ChatMessage | ToolCallRecord]:
+    """Run ``n`` tasks one after the other; every entry they add, oldest first."""
+    added: list[ChatMessage | ToolCallRecord] = []
+    for i in range(n):
+        order_id = "42" if i % 2 == 0 else "43"
+        answer = await s.ask(tether.UserMessage(f"check order {order_id}"), timeout=10)
+        assert answer.startswith("found: ")
+        added.extend(_task_entries(order_id))
+    return added
+
+
+async def test_a_session_keeps_only_its_newest_history_entries_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        s = await rt.spawn(ShortMemoryAgent, "s1", goal="Check orders")
+        added = await _run_tasks(s, 10)
+        state: SessionState = rt.cells["s1"].state
+    assert len(added) == 40
+    assert list(state.history) == added[-5:]
+    assert state.history_dropped == 35
+    assert state.task == 10
+    assert state.outcome == "finished"
+
+
+async def test_a_restarted_runtime_folds_the_bounded_history_to_the_same_state(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path, snapshot_every=9) as rt:
+        s = await rt.spawn(ShortMemoryAgent, "s1", goal="Check orders")
+        await _run_tasks(s, 6)
+        live: SessionState = rt.cells["s1"].state
+    assert live.history_dropped == 24 - 5
+    async with runtime(tmp_path, snapshot_every=9) as rt:
+        await rt.ref("s1").ask(GetSessionInfo(), timeout=5)
+        from_snapshot = rt.cells["s1"].state
+    with sqlite3.connect(tmp_path / "agents.db") as con:
+        (snap_seq,) = con.execute("SELECT seq FROM snapshots WHERE actor_id = 's1'").fetchone()
+        (last_seq,) = con.execute("SELECT max(seq) FROM journal WHERE actor_id = 's1'").fetchone()
+        assert 0 < snap_seq < last_seq  # the recovery folds a tail after the snapshot
+        con.execute("DELETE FROM snapshots")
+    async with runtime(tmp_path, snapshot_every=10**9) as rt:
+        await rt.ref("s1").ask(GetSessionInfo(), timeout=5)
+        full_fold = rt.cells["s1"].state
+    assert from_snapshot == full_fold == live
+
+
+async def test_a_snapshot_from_before_the_bound_still_loads(tmp_path: Path) -> None:
+    async with runtime(tmp_path, snapshot_every=1) as rt:
+        s = await rt.spawn(ShortMemoryAgent, "s1", goal="Check orders")
+        await _run_tasks(s, 1)
+        live: SessionState = rt.cells["s1"].state
+    # Rewrite the snapshot as an older tether stored it: without the history_dropped field.
+    with sqlite3.connect(tmp_path / "agents.db") as con:
+        (blob,) = con.execute("SELECT state FROM snapshots WHERE actor_id = 's1'").fetchone()
+        old = msgspec.msgpack.decode(blob)
+        assert old.pop("history_dropped") == 0
+        con.execute(
+            "UPDATE snapshots SET state = ? WHERE actor_id = 's1'", (msgspec.msgpack.encode(old),)
+        )
+    async with runtime(tmp_path, snapshot_every=10**9) as rt:
+        s = rt.ref("s1")
+        assert (await s.ask(GetSessionInfo(), timeout=5)).task == 1
+        assert rt.cells["s1"].state == live
+        await _run_tasks(s, 1)  # and it goes on, now dropping its oldest entries
+        assert rt.cells["s1"].state.history_dropped == 8 - 5
+
+
+def test_a_history_folded_under_a_larger_bound_is_cut_down_at_its_next_append() -> None:
+    agent = ShortMemoryAgent(goal="Check orders")
+    old = SessionState(history=tuple(_task_entries("42") * 3))  # 12 entries, from before
+    state = agent.apply(old, TaskStarted(task=4, text="check order 43", reply_to=""))
+    assert state.history == (*old.history[-4:], ChatMessage(role="user", text="check order 43"))
+    assert state.history_dropped == 12 + 1 - 5
+
+
+@pytest.mark.parametrize("limit", [0, -3, 2.5, True, "100", None])
+def test_an_invalid_history_bound_is_refused_naming_the_setting(limit: object) -> None:
+    with pytest.raises(tether.ConfigError, match=r"Forgetful\.max_history must be an int >= 1"):
+
+        class Forgetful(tether.AgentSession):
+            model = ScriptedModel([])
+            max_history = limit  # type: ignore[assignment]

@@ -162,7 +162,11 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
     reply_to: tuple[str, ...] = ()
     steps: int = 0
     decisions: int = 0
-    history: tuple[ChatMessage | ToolCallRecord, ...] = ()
+    history: tuple[ChatMessage | ToolCallRecord, ...] = ()  # at most max_history, oldest first
+    # Entries the bound (AgentSession.max_history) dropped from the front of history, ever; a
+    # ContextReset's clearing is not counted (the summary accounts for it). Defaulted, so a
+    # snapshot stored before the bound existed still decodes.
+    history_dropped: int = 0
     heard: tuple[ChatMessage, ...] = ()  # joined the task during the current step
     summary: str = ""
     belief: str = ""
@@ -185,6 +189,12 @@ class AgentSession(Actor[SessionState]):
     Spawning an existing session id resumes it; a new id starts clean. Guard policies are
     class attributes too: ``loop_policy``, ``approval_policy``, ``escalate_after_failures``,
     and each tool's own breaker and approval requirement.
+
+    ``max_history`` (default 5000, an int >= 1) bounds the conversation the session keeps: past
+    it, the oldest messages and tool calls are dropped as new ones arrive, and the state counts
+    them in ``history_dropped``. The context bundle shows the model far fewer: under the
+    default token counter at most ``context_budget // 4``, so raise ``max_history`` past that
+    if you raise the budget that far.
     """
 
     initial_state = SessionState()
@@ -197,6 +207,13 @@ class AgentSession(Actor[SessionState]):
     model_timeout: ClassVar[float] = 120.0
     loop_policy: ClassVar[LoopPolicy | None] = LoopPolicy()
     escalate_after_failures: ClassVar[int | None] = 3
+    # Each history entry costs at least FRAGMENT_OVERHEAD (4) tokens under the default counter,
+    # so the default context_budget of 8000 shows the model at most 2000 of them; 5000 keeps
+    # 2.5 times that. The one visible effect: the budget trims messages before tool results,
+    # so an old tool result can sit in the bundle behind thousands of trimmed messages; past
+    # the bound it is gone and newer messages take its place. The bound caps memory and
+    # snapshot size, and each append's copy at O(max_history) rather than O(session age).
+    max_history: ClassVar[int] = 5000
     _model_tool: ClassVar[Tool]
     _tools_by_name: ClassVar[dict[str, Tool]]
 
@@ -213,6 +230,12 @@ class AgentSession(Actor[SessionState]):
             names[t.name] = t
         cls._tools_by_name = names
         cls._model_tool = _model_tool(cls)
+        limit = cls.max_history
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(
+                f"{cls.__qualname__}.max_history must be an int >= 1 (the number of history "
+                f"entries a session keeps), not {limit!r}"
+            )
 
     def __init__(self, goal: str, constraints: list[str] | None = None) -> None:
         if not isinstance(goal, str) or not goal.strip():
@@ -240,7 +263,7 @@ class AgentSession(Actor[SessionState]):
                     steps=0,
                     corrections=0,
                     outcome="",
-                    history=(*state.history, ChatMessage(role="user", text=text)),
+                    **self._keep(state, ChatMessage(role="user", text=text)),
                 )
             case UserSaid(text=text, reply_to=reply_to):
                 return rep(
@@ -249,7 +272,7 @@ class AgentSession(Actor[SessionState]):
                     heard=(*state.heard, ChatMessage(role="user", text=text)),
                 )
             case Heard():
-                return rep(state, history=(*state.history, *state.heard), heard=())
+                return rep(state, **self._keep(state, *state.heard), heard=())
             case StepBegun(step=step, belief=belief, frontier=frontier):
                 return rep(state, steps=step, belief=belief, frontier=frontier)
             case ModelDecided(decision=ToolCall() as call):
@@ -259,7 +282,7 @@ class AgentSession(Actor[SessionState]):
                     decisions=state.decisions + 1,
                     belief=call.thought or state.belief,
                     frontier=f"call {call.tool} {_json(call.args)}",
-                    history=(*state.history, ChatMessage(role="assistant", text=said)),
+                    **self._keep(state, ChatMessage(role="assistant", text=said)),
                 )
             case ModelDecided(decision=FinalAnswer() as answer):
                 return rep(
@@ -272,7 +295,7 @@ class AgentSession(Actor[SessionState]):
                 return rep(
                     state,
                     corrections=state.corrections + 1 if invalid else 0,
-                    history=(*state.history, record),
+                    **self._keep(state, record),
                 )
             case ContextReset(summary=summary):
                 return rep(state, summary=summary, history=())
@@ -284,14 +307,21 @@ class AgentSession(Actor[SessionState]):
                     last_answer=answer,
                     outcome=outcome,
                     frontier="",
-                    history=(
-                        *state.history,
-                        *state.heard,
-                        ChatMessage(role="assistant", text=answer),
-                    ),
+                    **self._keep(state, *state.heard, ChatMessage(role="assistant", text=answer)),
                     heard=(),
                 )
         return state
+
+    def _keep(self, state: SessionState, *new: ChatMessage | ToolCallRecord) -> dict[str, Any]:
+        """The ``history`` and ``history_dropped`` fields after appending ``new``: the newest
+        ``max_history`` entries are kept and the rest counted. Part of the fold, so a replay or
+        a recovery (from a snapshot or not) drops exactly what the live run dropped; a state
+        folded under a larger bound is cut down at its next append."""
+        history = (*state.history, *new)
+        over = len(history) - self.max_history
+        if over <= 0:
+            return {"history": history, "history_dropped": state.history_dropped}
+        return {"history": history[over:], "history_dropped": state.history_dropped + over}
 
     # -- messages ------------------------------------------------------------------------------
 
