@@ -254,20 +254,25 @@ class GroupCommitter:
         are left, go on at the next turn of the loop."""
         budget = limit
         unsettled = self._unsettled
-        while unsettled and (budget is None or budget > 0):
-            taken, start, result, error = unsettled[0]
-            end = len(taken) if budget is None else min(len(taken), start + budget)
-            if end == len(taken):
-                unsettled.popleft()
+        try:
+            while unsettled and (budget is None or budget > 0):
+                taken, start, result, error = unsettled[0]
+                end = len(taken) if budget is None else min(len(taken), start + budget)
+                if end == len(taken):
+                    unsettled.popleft()
+                else:
+                    unsettled[0] = (taken, end, result, error)
+                if budget is not None:
+                    budget -= end - start
+                part = taken[start:end] if start or end < len(taken) else taken
+                self._settle(part, result, error)
+        finally:
+            # Even if a settlement raised (it should not: reports are caught), what is left is
+            # settled on the next turn: a drain that stopped would leave every caller waiting.
+            if unsettled:
+                asyncio.get_running_loop().call_soon(self._drain)
             else:
-                unsettled[0] = (taken, end, result, error)
-            if budget is not None:
-                budget -= end - start
-            self._settle(taken[start:end] if start or end < len(taken) else taken, result, error)
-        if unsettled:
-            asyncio.get_running_loop().call_soon(self._drain)
-        else:
-            self._draining = False
+                self._draining = False
 
     def _settle(
         self,

@@ -457,7 +457,7 @@ class Runtime:
             # receiver will finds a field of the wrong type now, before anything is stored,
             # instead of at delivery. The receiver's cell here gets the decoded message.
             decoded = decoders(spec)[0].decode(payload)
-        except msgspec.ValidationError as exc:
+        except msgspec.DecodeError as exc:  # ValidationError, or a type that does not round-trip
             raise MessageRejected(
                 actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
             ) from exc
