@@ -267,3 +267,28 @@ class Relay(tether.Actor[LedgerState]):
         self.persist(Added(amount=msg.size))
         await self.ref("sink").tell(Blob(data=b"z" * msg.size))
         return None
+
+
+# -- guards whose own records are damaged ------------------------------------------------------
+
+
+@tether.tool(recovery="retry", breaker="external_api")
+async def find(x: int) -> int:
+    return x + 1
+
+
+class Find(tether.Message):
+    x: int
+
+
+class Researcher(tether.Actor[LedgerState]):
+    """Every call goes through the breaker of `find` and the session's loop detector."""
+
+    initial_state = LedgerState()
+    loop_policy = tether.LoopPolicy()
+
+    def apply(self, state: LedgerState, event: Added | Padded) -> LedgerState:
+        return state
+
+    async def handle(self, msg: Find) -> int:
+        return await self.effect(find, x=msg.x)

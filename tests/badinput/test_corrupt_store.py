@@ -384,6 +384,37 @@ async def test_a_corrupt_approval_record_does_not_stop_the_scheduler_of_a_runtim
     assert [e for e in logs if e["event"] == "background_task_failed"] == []
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE actors SET init = x'c1' WHERE actor_id IN ('breaker:find', 'r/loops')",
+        "INSERT OR REPLACE INTO journal (actor_id, seq, payload) "
+        "VALUES ('breaker:find', 1, x'c1'), ('r/loops', 1, x'c1')",
+    ],
+    ids=["spawn-arguments", "journal"],
+)
+async def test_a_guard_whose_record_cannot_be_read_is_named_and_its_sessions_go_on(
+    tmp_path: Path, logs: list[dict[str, Any]], damage: str
+) -> None:
+    """A breaker and a loop detector whose stored records do not decode: every call through
+    them used to fail (the session's messages went to dead letters). The effect path now goes
+    on without them (an in-memory breaker, no loop detection), says which guard and why, once,
+    and does not try it again on every call."""
+    db = tmp_path / "a.db"
+    async with fast(db) as rt:
+        r = await rt.spawn(b.Researcher, "r")
+        assert await r.ask(b.Find(x=1), timeout=5) == 2
+    sql(db, damage)
+    async with fast(db) as rt:
+        with anyio.fail_after(5):
+            for x in (10, 20, 30):
+                assert await rt.ref("r").ask(b.Find(x=x), timeout=5) == x + 1
+        assert await rt.dead_letters.list() == []
+    named = sorted(e["guard"] for e in logs if e["event"] == "guard_unavailable")
+    assert named == ["breaker:find", "r/loops"]
+    assert all("cannot be decoded" in e["error"] for e in logs if e["event"] == "guard_unavailable")
+
+
 # -- dead letters --------------------------------------------------------------------------------
 
 

@@ -244,6 +244,7 @@ class Cell:
         self.exited = asyncio.Event()
         self.rescan_requested = True
         self.processed = 0
+        self.start_error: Exception | None = None  # why recovery or on_start failed, if it did
         self._msg_decoder, self._event_decoder, self._state_decoder = decoders(spec)
         self._log_context: dict[str, str] = {"actor_id": actor_id}
         if getattr(spec.cls, "is_session", False):
@@ -440,6 +441,7 @@ class Cell:
                     assert self.instance is not None
                     await self.instance.on_start()
                 except Exception as exc:  # noqa: BLE001 - any start failure goes to supervision
+                    self.start_error = exc
                     self.ready.set()  # whoever waits for the start must not wait for the verdict
                     await self._start_failed(exc)
                     return

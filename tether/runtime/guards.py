@@ -36,7 +36,7 @@ from tether.actors.guards.loops import (
     LoopResultObserved,
 )
 from tether.actors.tool import Tool, classify
-from tether.errors import ActorNotFound, ConfigError
+from tether.errors import ActorNotFound, ConfigError, CorruptRecordError
 from tether.runtime import telemetry
 from tether.supervisor.spec import ChildSpec
 
@@ -150,6 +150,12 @@ class LoopWatch:
         return self.cell.stage_events(kept, applied=True)
 
 
+_RETRY_UNAVAILABLE = 30.0  # seconds before a guard that could not start is tried again
+# Start failures that the next attempt would meet again: a record that does not decode, a
+# class or arguments that do not fit. A store error may pass, and is raised as before.
+_PERMANENT = (ConfigError, CorruptRecordError)
+
+
 class Guards:
     """The runtime's guard registry (``rt.guards``)."""
 
@@ -157,6 +163,10 @@ class Guards:
         self._rt = runtime
         self._locks: dict[str, list[Any]] = {}  # actor id -> [lock, users]
         self._fallback: dict[str, BreakerGuard] = {}
+        # guard id -> (until, why): a guard that cannot start here (a corrupt record, a class
+        # that does not import) is not tried again before `until`; meanwhile the effect path
+        # goes on without it, as when another runtime owns it, instead of failing every call.
+        self._unavailable: dict[str, tuple[float, str]] = {}
         self._guards: dict[str, BreakerGuard] = {}  # by tool name, while its cell lives
 
     async def breaker(self, tool: Tool) -> BreakerGuard | None:
@@ -182,10 +192,15 @@ class Guards:
         if cell is None:
             guard = self._fallback.get(tool.name)
             if guard is None:
+                unavailable = self._unavailable.get(breaker_id(tool.name))
                 telemetry.log.warning(
                     "breaker_not_owned_here",
                     tool=tool.name,
-                    detail="another runtime owns this breaker; using an in-memory one",
+                    detail=(
+                        f"it cannot start here ({unavailable[1]}); using an in-memory one"
+                        if unavailable is not None
+                        else "another runtime owns this breaker; using an in-memory one"
+                    ),
                 )
                 guard = self._fallback[tool.name] = BreakerGuard(tool, policy, taxonomy, None)
             self._guards[tool.name] = guard
@@ -233,6 +248,11 @@ class Guards:
         cell = rt.cells.get(actor_id)
         if cell is not None and cell.ready.is_set() and cell.instance is not None:
             return cell
+        unavailable = self._unavailable.get(actor_id)
+        if unavailable is not None:
+            if rt.clock() < unavailable[0]:
+                return None
+            del self._unavailable[actor_id]
         # One creator per id; the lock goes away with its last user (no entry per actor kept).
         entry = self._locks.get(actor_id)
         if entry is None:
@@ -261,13 +281,32 @@ class Guards:
             while rt.is_open:
                 cell = rt.cells.get(actor_id)
                 if cell is None:
-                    cell = await rt.activate(actor_id)
+                    try:
+                        cell = await rt.activate(actor_id)
+                    except _PERMANENT as exc:  # its record cannot be read or imported here
+                        self._cannot_start(actor_id, exc)
+                        return None
                 if cell is not None:
                     await cell.ready.wait()
                     if cell.instance is not None and rt.cells.get(actor_id) is cell:
                         return cell
+                    if isinstance(cell.start_error, _PERMANENT):  # it would fail again
+                        self._cannot_start(actor_id, cell.start_error)
+                        return None
                 await anyio.sleep(0.005)
         return None
+
+    def _cannot_start(self, actor_id: str, exc: Exception) -> None:
+        """Go on without the guard ``actor_id`` for a while, and say why, once per while."""
+        why = f"{type(exc).__name__}: {exc}"
+        self._unavailable[actor_id] = (self._rt.clock() + _RETRY_UNAVAILABLE, why)
+        telemetry.log.error(
+            "guard_unavailable",
+            guard=actor_id,
+            error=why,
+            retry_in=_RETRY_UNAVAILABLE,
+            detail="the effect path goes on without it until then",
+        )
 
     async def _ensure_supervisor(self) -> None:
         try:
