@@ -93,13 +93,14 @@ class Step:
         # most steps add to one of them or none, and every object a step allocates lives
         # until its commit, long enough for the cycle collector to walk it, often twice.
         self.cell = cell
-        self.events: Sequence[JournalRow] = ()
-        self.outbox: Sequence[NewMessage] = ()
+        self.events: list[JournalRow] | tuple[()] = ()
+        self.outbox: list[NewMessage] | tuple[()] = ()
         self.stop_reason: str | None = None
         self.escalate: str | None = None
         self.closed = False
         self.reply_deferred = False  # this message's ask is answered by a later step
-        self.late_replies: Sequence[tuple[str, Any]] = ()  # (msg id of an earlier ask, answer)
+        # (msg id of an earlier ask, answer)
+        self.late_replies: list[tuple[str, Any]] | tuple[()] = ()
         self.next_effect = 0  # the index of the step's next effect (I5)
         # effect index -> why it must wait for a person (set by guards, e.g. a loop)
         self.escalations: dict[int, str] | None = None
@@ -111,19 +112,22 @@ class Step:
         self.park_until = PARKED
 
     def add_event(self, row: JournalRow) -> None:
-        if self.events:
-            self.events.append(row)  # type: ignore[attr-defined]
+        if isinstance(self.events, list):
+            self.events.append(row)
         else:
             self.events = [row]
 
     def add_outbox(self, new: NewMessage) -> None:
-        if self.outbox:
-            self.outbox.append(new)  # type: ignore[attr-defined]
+        if isinstance(self.outbox, list):
+            self.outbox.append(new)
         else:
             self.outbox = [new]
 
     def add_late_reply(self, msg_id: str, value: Any) -> None:
-        self.late_replies = [*self.late_replies, (msg_id, value)]
+        if isinstance(self.late_replies, list):
+            self.late_replies.append((msg_id, value))
+        else:
+            self.late_replies = [(msg_id, value)]
 
     def suspend(
         self,
