@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -715,3 +717,147 @@ def test_the_installed_command_reports_a_missing_store_without_a_traceback(
     assert done.stderr.startswith("tether: error: no store at")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+# -- migrate ------------------------------------------------------------------------------------
+
+# The effects ledger as schema version 2 laid it out: keyed by actor, its key unique.
+_V2_EFFECTS = """
+CREATE TABLE effects (
+    actor_id    TEXT NOT NULL,
+    msg_id      TEXT NOT NULL,
+    idx         INTEGER NOT NULL,
+    key         TEXT NOT NULL UNIQUE,
+    tool        TEXT NOT NULL,
+    input_hash  TEXT NOT NULL,
+    args        BLOB NOT NULL,
+    status      TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    result      BLOB,
+    error       TEXT,
+    reason      TEXT,
+    history     BLOB,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (actor_id, msg_id, idx)
+) WITHOUT ROWID
+"""
+
+
+def as_schema_v2(db: Path) -> None:
+    """Rewrite the store at ``db`` as a version-2 store holding the same rows."""
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        con.execute("ALTER TABLE effects RENAME TO effects_v3")
+        con.execute(_V2_EFFECTS)
+        con.execute("INSERT INTO effects SELECT * FROM effects_v3")
+        con.execute("DROP TABLE effects_v3")
+        con.execute("CREATE INDEX effects_by_status ON effects(status, updated_at)")
+        con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def effect_rows(db: Path) -> list[tuple[Any, ...]]:
+    con = sqlite3.connect(db)
+    try:
+        return sorted(con.execute("SELECT * FROM effects").fetchall())
+    finally:
+        con.close()
+
+
+def dump(db: Path) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+def test_a_store_of_the_previous_schema_version_is_refused_naming_the_upgrade(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_schema_v2(db)
+    before = dump(db)
+    code, out, err = cli(capsys, "--db", db, "actors")
+    assert (code, out) == (1, "")
+    assert_one_line_error(err, "schema version '2'", "never migrates silently", "migrate")
+    assert dump(db) == before
+
+
+def test_migrate_upgrades_a_version_2_store_keeping_every_effect_usable(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every ledger row survives the re-keying, and the quarantined effect it held is found
+    and resolved as before: the session finishes with the result a person gave."""
+    rows = effect_rows(db)
+    assert {r[7] for r in rows} == {"done", "quarantined"}
+    as_schema_v2(db)
+    code, out, err = cli(capsys, "--db", db, "migrate")
+    assert (code, err) == (0, "")
+    assert "upgraded from schema version 2 to 3" in out
+    assert effect_rows(db) == rows
+    code, out, _ = cli(capsys, "--db", db, "migrate")
+    assert (code, out.strip()) == (0, f"{db}: schema version 3 already; nothing to do")
+
+    key = one_quarantined_key(capsys, db)
+    code, _, err = cli(
+        capsys,
+        *("--db", db, "quarantine", "resolve", key),
+        *("--done", "--result", '"sent (confirmed)"', "--by", "ops"),
+    )
+    assert (code, err) == (0, "")
+    assert results_after_serving(db, "a1") == [["refund o0 100", "sent (confirmed)"]]
+    assert [name for name, _ in fx.CALLS] == []  # replayed from the migrated ledger
+
+
+def test_migrate_refuses_a_store_a_live_runtime_lists_unless_forced(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """This very process, registered as a runtime, is alive: the upgrade waits for it to stop.
+    A runtime whose process has exited is no obstacle."""
+    from tether.runtime.runtime import _process_start
+
+    as_schema_v2(db)
+    con = sqlite3.connect(db)
+    con.execute(
+        "INSERT INTO runtimes VALUES (?, ?, ?, ?)",
+        ("live-one", socket.gethostname(), os.getpid(), _process_start(os.getpid())),
+    )
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    con.execute(
+        "INSERT INTO runtimes VALUES (?, ?, ?, ?)",
+        ("gone-one", socket.gethostname(), int(gone.stdout), 1.0),
+    )
+    con.commit()
+    con.close()
+    before = dump(db)
+    code, _, err = cli(capsys, "--db", db, "migrate")
+    assert code == 1
+    assert_one_line_error(err, "live-one", f"pid {os.getpid()}", "--force", "no change was made")
+    assert "gone-one" not in err
+    assert dump(db) == before
+    code, out, err = cli(capsys, "--db", db, "migrate", "--force")
+    assert (code, err) == (0, "")
+    assert "to 3" in out
+
+
+def test_migrate_refuses_a_version_it_has_no_upgrade_from(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    before = dump(db)
+    code, _, err = cli(capsys, "--db", db, "migrate")
+    assert code == 1
+    assert_one_line_error(err, "schema version 999", "no upgrade from 999")
+    assert dump(db) == before

@@ -1,8 +1,8 @@
 """The ``tether`` command: look into a store file and act on what waits for a person.
 
-Every command but ``demo`` opens the store at ``--db`` (default: ``$TETHER_DB``, else
-``tether.db``) for administration only (``Runtime(serve=False)``): no actor runs in this
-process. Decisions, resolutions and retries are stored; the runtimes serving the store pick
+Every command but ``demo`` and ``migrate`` opens the store at ``--db`` (default:
+``$TETHER_DB``, else ``tether.db``) for administration only (``Runtime(serve=False)``): no
+actor runs in this process. ``migrate`` upgrades the store file itself, offline. Decisions, resolutions and retries are stored; the runtimes serving the store pick
 them up. A missing store file is an error, never a new empty store.
 
 Exit codes: 0 done; 1 the operation failed (unknown id, closed request, invalid tool
@@ -71,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(args.demo_db)
         _check_args(args)
         path = _existing_store(args.db)
+        if args.command == "migrate":
+            return _migrate(path, force=args.force)
         with _logs_to_stderr():
             code: int = anyio.run(_run, path, args.handler, args)
         return code
@@ -257,6 +259,19 @@ def _parser() -> argparse.ArgumentParser:
         "msg_id", metavar="MSG_ID"
     )
 
+    migrate = commands.add_parser(
+        "migrate",
+        help="upgrade the store to this tether's schema version (stop its runtimes first)",
+        description="Upgrade the store to this tether's schema version, in one transaction. "
+        "Stop every runtime on the store first.",
+    )
+    migrate.add_argument("--db", default=argparse.SUPPRESS, help="the store file")
+    migrate.add_argument(
+        "--force",
+        action="store_true",
+        help="go on although the store lists runtimes that may be alive (they are known gone)",
+    )
+
     demo = commands.add_parser(
         "demo",
         help="a refund agent killed mid-refund and resumed, on an embedded SQLite store",
@@ -270,6 +285,17 @@ def _parser() -> argparse.ArgumentParser:
         help="store file to create, replacing an old one (default: %(default)s)",
     )
     return parser
+
+
+def _migrate(path: str, *, force: bool) -> int:
+    from tether.runtime.migrations import migrate
+
+    before, after = migrate(path, force=force)
+    if before == after:
+        print(f"{path}: schema version {after} already; nothing to do")
+    else:
+        print(f"{path}: upgraded from schema version {before} to {after}")
+    return EXIT_OK
 
 
 def _count(text: str) -> int:

@@ -25,7 +25,7 @@
     │   └── DeterminismViolation            a replayed step asked for a different effect
     └── StoreError                          the store could not do what was asked
         ├── StoreOpenError                  the store file cannot be opened or created
-        ├── SchemaVersionError              the store was written by an unknown schema version
+        ├── SchemaVersionError              the store's schema version is not this tether's
         ├── CorruptRecordError              a stored row cannot be decoded
         ├── StaleLeaseError                 a commit carried a fencing token that is no longer current
         └── JournalWriteError               a commit failed; its outcome is unknown
@@ -126,7 +126,8 @@ class StoreOpenError(StoreError):
 
 
 class SchemaVersionError(StoreError):
-    """The store was written by a schema version this tether does not know."""
+    """The store's schema version is not this tether's: an unknown one, or an older one that
+    ``tether migrate`` upgrades (never done when a store is opened)."""
 
 
 class CorruptRecordError(StoreError):

@@ -908,10 +908,7 @@ class Runtime:
         for runtime_id, host, pid, started in await self.store.list_runtimes():
             if runtime_id == self.runtime_id or host != self.host:
                 continue
-            start = _process_start(pid)
-            if start is None or (
-                start and started and abs(start - started) > 1.0
-            ):  # gone, or pid reused
+            if process_gone(pid, started):
                 telemetry.log.info("dead_runtime_reaped", runtime_id=runtime_id, pid=pid)
                 await self.store.remove_runtime(runtime_id)
 
@@ -1135,6 +1132,13 @@ def _init_hints(cls: type[Any]) -> dict[str, Any]:
         return {}
     hints.pop("return", None)
     return hints
+
+
+def process_gone(pid: int, started: float) -> bool:
+    """Whether the process ``pid`` of this host, started at ``started``, has exited (a live
+    process under a reused pid started at another time)."""
+    start = _process_start(pid)
+    return start is None or bool(start and started and abs(start - started) > 1.0)
 
 
 def _process_start(pid: int) -> float | None:

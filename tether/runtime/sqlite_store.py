@@ -49,6 +49,37 @@ from tether.runtime.store import (
 
 Durability = Literal["full", "normal"]
 
+# The effects ledger, keyed by message: msg ids are a runtime's random prefix and a counter, so
+# new rows land on a few hot pages instead of one page per session (a commit dirties, and
+# writes to the WAL, every page it touches). Lookups by actor (a session's ledger, a loop
+# guard's rebuild) go through ``effects_by_actor``, in time order. The key is not indexed: it
+# is a hash of the primary key's own fields (I5), and a person resolving a quarantined effect
+# finds it among the few quarantined rows through ``effects_by_status``.
+_EFFECTS_TABLE = """
+CREATE TABLE {name} (
+    actor_id    TEXT NOT NULL,
+    msg_id      TEXT NOT NULL,
+    idx         INTEGER NOT NULL,
+    key         TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    input_hash  TEXT NOT NULL,
+    args        BLOB NOT NULL,
+    status      TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    result      BLOB,
+    error       TEXT,
+    reason      TEXT,
+    history     BLOB,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (msg_id, idx)
+) WITHOUT ROWID;
+"""
+_EFFECTS_INDEXES = """
+CREATE INDEX effects_by_actor ON effects(actor_id, created_at);
+CREATE INDEX effects_by_status ON effects(status, updated_at);
+"""
+
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE actors (
@@ -117,26 +148,7 @@ CREATE TABLE watches (
     watcher TEXT NOT NULL,
     PRIMARY KEY (watched, watcher)
 ) WITHOUT ROWID;
-CREATE TABLE effects (
-    actor_id    TEXT NOT NULL,
-    msg_id      TEXT NOT NULL,
-    idx         INTEGER NOT NULL,
-    key         TEXT NOT NULL UNIQUE,
-    tool        TEXT NOT NULL,
-    input_hash  TEXT NOT NULL,
-    args        BLOB NOT NULL,
-    status      TEXT NOT NULL,
-    attempts    INTEGER NOT NULL,
-    result      BLOB,
-    error       TEXT,
-    reason      TEXT,
-    history     BLOB,
-    created_at  REAL NOT NULL,
-    updated_at  REAL NOT NULL,
-    PRIMARY KEY (actor_id, msg_id, idx)
-) WITHOUT ROWID;
-CREATE INDEX effects_by_status ON effects(status, updated_at);
-CREATE TABLE approvals (
+{effects}CREATE TABLE approvals (
     request_id TEXT PRIMARY KEY,
     actor_id   TEXT NOT NULL,
     status     TEXT NOT NULL,
@@ -151,7 +163,7 @@ CREATE TABLE runtimes (
     pid        INTEGER NOT NULL,
     started_at REAL NOT NULL
 );
-"""
+""".replace("{effects}", _EFFECTS_TABLE.format(name="effects") + _EFFECTS_INDEXES)
 
 _TABLES = frozenset(
     line.split()[2] for line in _SCHEMA.splitlines() if line.startswith("CREATE TABLE")
@@ -453,9 +465,16 @@ class SqliteStore:
                 )
                 found = rows[0][0] if rows else None
                 if found != str(SCHEMA_VERSION):
+                    from tether.runtime.migrations import can_migrate  # it imports this module
+
+                    hint = (
+                        f": stop every runtime on it and run `tether --db {self.path} migrate`"
+                        if can_migrate(found)
+                        else ""
+                    )
                     raise SchemaVersionError(
                         f"store {self.path!r} has schema version {found!r}; this tether reads "
-                        f"version {SCHEMA_VERSION} and never migrates silently"
+                        f"version {SCHEMA_VERSION} and never migrates silently{hint}"
                     )
                 missing = sorted(_TABLES - tables)
                 if missing:
@@ -1012,12 +1031,9 @@ class SqliteStore:
         if excluded:  # before the LIMIT: an excluded row must not take a kept row's place
             where.append(f"tool NOT IN ({', '.join('?' * len(excluded))})")
             params.extend(excluded)
-        # Newest first to apply the LIMIT, then reversed to oldest first. The primary key
-        # (actor_id, msg_id, idx) narrows the scan to this actor's rows and SQLite's sorter
-        # keeps only the top `limit` of them: at most `limit` rows leave SQLite and are decoded.
-        # SQLite itself still walks every row of the actor (no index is in created_at order;
-        # one on (actor_id, created_at, msg_id, idx) would let it stop after `limit`, at the
-        # cost of a schema version).
+        # Newest first to apply the LIMIT, then reversed to oldest first. ``effects_by_actor``
+        # holds (actor_id, created_at) and then the primary key (msg_id, idx): the ORDER BY
+        # is its order, so SQLite walks it backwards and stops after ``limit`` kept rows.
         rows = await self._read(
             f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE {' AND '.join(where)}"
             " ORDER BY created_at DESC, msg_id DESC, idx DESC LIMIT ?",
@@ -1117,7 +1133,7 @@ _EFFECT_COLUMNS = (
 )
 _UPSERT_EFFECT = (
     f"INSERT INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (actor_id, msg_id, idx) DO UPDATE SET status = excluded.status, "
+    "ON CONFLICT (msg_id, idx) DO UPDATE SET status = excluded.status, "
     "attempts = excluded.attempts, result = excluded.result, error = excluded.error, "
     "reason = excluded.reason, history = excluded.history, updated_at = excluded.updated_at"
 )

@@ -23,7 +23,7 @@ import msgspec
 if TYPE_CHECKING:
     from tether.errors import CorruptRecordError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: ``deliver_at`` of a parked message: later than any clock, so no scan finds it due.
 PARKED = 9.0e18
