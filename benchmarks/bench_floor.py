@@ -251,7 +251,7 @@ class _FloorStore:
             "attempts, result, error, reason, history, created_at, updated_at) VALUES ",
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             effects,
-            " ON CONFLICT (actor_id, msg_id, idx) DO UPDATE SET status = excluded.status, "
+            " ON CONFLICT (msg_id, idx) DO UPDATE SET status = excluded.status, "
             "result = excluded.result, updated_at = excluded.updated_at",
         )
         _rows(c, "DELETE FROM mailbox WHERE msg_id IN (", "?", acks, ")")
@@ -274,8 +274,8 @@ def _connect(path: Path, schema: str = _SCHEMA) -> sqlite3.Connection:
 
 # The least schema the effects scenario can write: tether's columns, each table clustered on
 # the key it is written by, and no other index. It gives up what tether's indexes serve (a
-# message looked up by id, mailboxes scanned by due time, effects listed by status for
-# quarantine and retention, an effect looked up by key): a floor, not a proposal.
+# message looked up by id, mailboxes scanned by due time, effects listed by actor and by
+# status for quarantine and retention): a floor, not a proposal.
 LEAN_SCHEMA = """
 CREATE TABLE mailbox (
     msg_id TEXT PRIMARY KEY, actor_id TEXT NOT NULL, type TEXT NOT NULL, payload BLOB NOT NULL,
@@ -290,7 +290,7 @@ CREATE TABLE effects (
     actor_id TEXT NOT NULL, msg_id TEXT NOT NULL, idx INTEGER NOT NULL, key TEXT NOT NULL,
     tool TEXT NOT NULL, input_hash TEXT NOT NULL, args BLOB NOT NULL, status TEXT NOT NULL,
     attempts INTEGER NOT NULL, result BLOB, error TEXT, reason TEXT, history BLOB,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (actor_id, msg_id, idx)
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (msg_id, idx)
 ) WITHOUT ROWID;
 """
 
@@ -538,7 +538,7 @@ _UPSERT_EFFECT = (
     "INSERT INTO effects (actor_id, msg_id, idx, key, tool, input_hash, args, status, attempts, "
     "result, error, reason, history, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (actor_id, msg_id, idx) DO UPDATE SET status = excluded.status, "
+    "ON CONFLICT (msg_id, idx) DO UPDATE SET status = excluded.status, "
     "result = excluded.result, updated_at = excluded.updated_at"
 )
 
