@@ -14,12 +14,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.errors import SchemaVersionError, StoreOpenError
+from tether.errors import SchemaVersionError, StoreError, StoreOpenError
 from tether.runtime.sqlite_store import SqliteStore
 from tether.runtime.store import (
     SCHEMA_VERSION,
     AttemptFailed,
     Batch,
+    EffectWrite,
     JournalRow,
     LeaseAcquire,
     Snapshot,
@@ -27,7 +28,7 @@ from tether.runtime.store import (
     StepCommit,
 )
 
-from .test_store_conformance import NOW, msg, record
+from .test_store_conformance import NOW, effect, msg, owned, record
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -289,3 +290,29 @@ def test_an_invalid_durability_is_refused(tmp_path: Path, durability: object) ->
     with pytest.raises(StoreOpenError, match="durability"):
         SqliteStore(tmp_path / "t.db", durability=durability)  # type: ignore[arg-type]
     assert not (tmp_path / "t.db").exists()
+
+
+# -- the effects ledger, keyed by message -------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_effect_row_never_overwrites_another_actors_row_under_the_same_message_id(
+    tmp_path: Path,
+) -> None:
+    """The ledger is keyed by (msg_id, idx), unique per store. Were two actors' effects ever to
+    share one, the second write is refused with the whole batch, never recorded over the
+    first actor's row."""
+    store = SqliteStore(tmp_path / "t.db")
+    await store.open()
+    try:
+        fa, fb = await owned(store, "a"), await owned(store, "b")
+        await store.apply(Batch(effects=[EffectWrite(fa, effect("m1", 0, actor_id="a"))]))
+        clash = effect("m1", 0, actor_id="b", status="done", result=b"\x01")
+        other = effect("m2", 0, actor_id="b")
+        with pytest.raises(StoreError, match="another actor"):
+            await store.apply(Batch(effects=[EffectWrite(fb, other), EffectWrite(fb, clash)]))
+        assert await store.effects_of("a", "m1") == [effect("m1", 0, actor_id="a")]
+        assert await store.effects_of("b", "m1") == []
+        assert await store.effects_of("b", "m2") == []  # rolled back with the batch
+    finally:
+        await store.close()

@@ -159,7 +159,7 @@ class Runtime:
         self._encoder = msgspec.msgpack.Encoder()
         self.encode = self._encoder.encode
         self._ids = itertools.count(1)
-        self._id_prefix = secrets.token_hex(6)
+        self._id_prefix = secrets.token_hex(8)  # 64 bits: msg ids key the effects ledger
         self._known: dict[str, tuple[ActorSpec, str]] = {}  # actor id -> (spec, status)
         self._asks: dict[str, list[asyncio.Future[Any]]] = {}
         self._ask_actor: dict[str, str] = {}

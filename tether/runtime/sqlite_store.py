@@ -263,8 +263,9 @@ class _Tx:
         cur = self.conn.execute(sql, params)
         return _Rows(cur.fetchall(), cur.rowcount)
 
-    async def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
-        self.conn.executemany(sql, params)
+    async def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> int:
+        """Run ``sql`` once per row of ``params``; the number of rows it changed in all."""
+        return self.conn.executemany(sql, params).rowcount
 
     async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self.conn.execute(sql, params).fetchall()
@@ -712,7 +713,14 @@ class SqliteStore:
         parks = [p for p in b.parks if p.actor_id not in stale]
         effects.extend(p.effect for p in parks if p.effect is not None)
         if effects:
-            await db.executemany(_UPSERT_EFFECT, [_effect_row(e) for e in effects])
+            rows = [_effect_row(e) for e in effects]
+            if await db.executemany(_UPSERT_EFFECT, rows) != len(rows):
+                # The upsert leaves a row of another actor alone (see _UPSERT_EFFECT): refuse
+                # the batch rather than let an intent go unrecorded (I4).
+                raise StoreError(
+                    "an effect's (msg_id, idx) is already held by another actor's effect; "
+                    "the batch was rolled back"
+                )
         requests = [p.approval for p in parks if p.approval is not None]
         if requests:
             await db.executemany(
@@ -1135,7 +1143,10 @@ _UPSERT_EFFECT = (
     f"INSERT INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (msg_id, idx) DO UPDATE SET status = excluded.status, "
     "attempts = excluded.attempts, result = excluded.result, error = excluded.error, "
-    "reason = excluded.reason, history = excluded.history, updated_at = excluded.updated_at"
+    "reason = excluded.reason, history = excluded.history, updated_at = excluded.updated_at "
+    # msg ids are unique per store (a runtime's random prefix and a counter): this never
+    # holds in practice, but if it did, one actor's row must not be rewritten as another's.
+    "WHERE effects.actor_id = excluded.actor_id"
 )
 
 
