@@ -100,6 +100,19 @@ def _sync_applier(store: Store) -> Callable[[Batch], BatchResult] | None:
     return sync
 
 
+def _apply_alone(store: Store, sync: Callable[[Batch], BatchResult], write: Write) -> BatchResult:
+    """``sync`` of a batch of ``write`` alone. A store with an ``apply_one`` takes the usual
+    writes without the batch (a ``Batch`` is a dozen lists); None from it: build the batch."""
+    one: Callable[[Write], BatchResult | None] | None = getattr(store, "apply_one", None)
+    if one is not None:
+        result = one(write)
+        if result is not None:
+            return result
+    batch = Batch()
+    getattr(batch, _FIELD[type(write)]).append(write)
+    return sync(batch)
+
+
 class GroupCommitter:
     """Collects writes from every actor and commits them together."""
 
@@ -143,17 +156,15 @@ class GroupCommitter:
         if sync is None:
             return None
         self._sync_count += 1
-        batch = Batch()
-        getattr(batch, _FIELD[type(write)]).append(write)
         try:
-            result = sync(batch)
+            result = _apply_alone(self._store, sync, write)
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             failed: BaseException = exc
-            self._report([write], None)
+            self._report_one(write, None)
         else:
             self.commits += 1
             self.writes += 1
-            self._report([write], result)
+            self._report_one(write, result)
             if result.stale and _is_stale(write, result):
                 raise StaleLeaseError(write.actor_id, write.fence)  # type: ignore[union-attr]
             return result
@@ -186,10 +197,8 @@ class GroupCommitter:
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         """The fast path of a store that never waits: apply ``write`` alone, right now."""
-        batch = Batch()
-        getattr(batch, _FIELD[type(write)]).append(write)
         try:
-            result: BatchResult | None = sync(batch)
+            result: BatchResult | None = _apply_alone(self._store, sync, write)
             error: BaseException | None = None
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             result, error = None, exc
@@ -288,12 +297,17 @@ class GroupCommitter:
             return
         for w in writes:
             if type(w) is NewMessage:
-                try:
-                    self._on_stored(w, result)
-                except Exception as exc:  # noqa: BLE001 - the committer goes on; logged
-                    telemetry.log.error(
-                        "message_not_routed", msg_id=w.msg_id, actor_id=w.actor_id, error=repr(exc)
-                    )
+                self._report_one(w, result)
+
+    def _report_one(self, write: Write, result: BatchResult | None) -> None:
+        if self._on_stored is None or type(write) is not NewMessage:
+            return
+        try:
+            self._on_stored(write, result)
+        except Exception as exc:  # noqa: BLE001 - the committer goes on; logged
+            telemetry.log.error(
+                "message_not_routed", msg_id=write.msg_id, actor_id=write.actor_id, error=repr(exc)
+            )
 
     async def _commit_next(self) -> None:
         self._busy = True
