@@ -156,8 +156,8 @@ class GroupCommitter:
             return None
         if not (self._sync_count + 1) % _YIELD_EVERY:
             return None  # submit() applies it too, and settles it on the next turn of the loop
-        sync = self._sync_applier()
-        if sync is None:
+        sync = self._apply_sync
+        if sync is None or "apply" in self._store_attrs:  # _sync_applier, inline: every write
             return None
         self._sync_count += 1
         try:

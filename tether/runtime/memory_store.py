@@ -45,6 +45,10 @@ class _ReplyRow(msgspec.Struct):
 
 T = TypeVar("T", bound=Any)
 
+# What ``apply_one`` returns for a write with nothing to report. One shared instance is safe:
+# callers only read results (the committer already hands one result to every write of a batch).
+_NOTHING_TO_REPORT = BatchResult()
+
 
 def _live(ops: list[T], stale: set[str]) -> list[T]:
     """``ops`` of actors whose writes were not rejected as stale. A function of its own, not a
@@ -101,7 +105,7 @@ class MemoryStore:
                 return None
             self._seq += 1
             self.mailbox[write.msg_id] = _Row(self._seq, write, write.attempts)
-            return BatchResult()
+            return _NOTHING_TO_REPORT
         if kind is not StepCommit or write.stop is not None:
             return None
         rec = self.actors.get(write.actor_id)
@@ -109,7 +113,7 @@ class MemoryStore:
             return None  # stale: apply_sync reports it
         if write.events:
             self._check_seqs(write, {})  # raises before anything is changed
-        result = BatchResult()
+        result = BatchResult() if write.outbox else _NOTHING_TO_REPORT  # only sends report
         for m in write.outbox:
             self._insert(m, result)
         self._apply_step(write)
