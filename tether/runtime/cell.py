@@ -838,7 +838,8 @@ class Cell:
             return
         self.seq = new_seq
         self.buffer.popleft()
-        rt.unfinished.pop(m.msg_id, None)
+        if rt.unfinished:  # an earlier attempt's commit failed (rare)
+            rt.unfinished.pop(m.msg_id, None)
         self.known.discard(m.msg_id)
         self.claimed.discard(m.msg_id)
         self.processed += 1
@@ -973,7 +974,7 @@ class Cell:
         self.runtime.reply_failed(m.msg_id, self._actor_id, [*errors, reason])
 
     async def _commit(self, write: Any) -> Any:
-        deferred = self._submit_deferred()
+        deferred = self._submit_deferred() if self.deferred else ()  # usually none: no call
         try:
             if not deferred:
                 # Nothing to share a batch with: a store that never waits applies it now.

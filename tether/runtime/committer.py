@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from tether.errors import JournalWriteError, StaleLeaseError
@@ -91,15 +91,6 @@ _YIELD_EVERY = 32
 _SETTLE_SLICE = 128  # writes settled per turn of the event loop
 
 
-def _sync_applier(store: Store) -> Callable[[Batch], BatchResult] | None:
-    """The store's synchronous ``apply_sync``, unless ``apply`` was replaced on the instance
-    (a test wrapping it to inject failures): then every write must go through that ``apply``."""
-    sync: Callable[[Batch], BatchResult] | None = getattr(store, "apply_sync", None)
-    if sync is None or "apply" in getattr(store, "__dict__", ()):
-        return None
-    return sync
-
-
 class GroupCommitter:
     """Collects writes from every actor and commits them together."""
 
@@ -111,6 +102,13 @@ class GroupCommitter:
         on_stored: Callable[[NewMessage, BatchResult | None], None] | None = None,
     ) -> None:
         self._store = store
+        # Looked up once: apply_now asks for them on every write. ``_store_attrs`` is the
+        # instance's own attributes, live (see ``_sync_applier``).
+        self._apply_sync: Callable[[Batch], BatchResult] | None = getattr(store, "apply_sync", None)
+        self._apply_one: Callable[[Write], BatchResult | None] | None = getattr(
+            store, "apply_one", None
+        )
+        self._store_attrs: Collection[str] = getattr(store, "__dict__", ())
         # Told of every NewMessage's outcome (None: not stored), whether or not its sender
         # still waits: a message that was stored must reach its cell even if the sender was
         # cancelled or its ask timed out meanwhile.
@@ -129,6 +127,25 @@ class GroupCommitter:
         self.commits = 0
         self.writes = 0
 
+    def _sync_applier(self) -> Callable[[Batch], BatchResult] | None:
+        """The store's synchronous ``apply_sync``, unless ``apply`` was replaced on the instance
+        (a test wrapping it to inject failures): then every write must go through that ``apply``."""
+        if self._apply_sync is None or "apply" in self._store_attrs:
+            return None
+        return self._apply_sync
+
+    def _apply_alone(self, sync: Callable[[Batch], BatchResult], write: Write) -> BatchResult:
+        """``sync`` of a batch of ``write`` alone. A store with an ``apply_one`` takes the usual
+        writes without the batch (a ``Batch`` is a dozen lists); None from it: build the batch.
+        (A store's ``apply_one`` must store exactly what its ``apply_sync`` would.)"""
+        if self._apply_one is not None:
+            result = self._apply_one(write)
+            if result is not None:
+                return result
+        batch = Batch()
+        getattr(batch, _FIELD[type(write)]).append(write)
+        return sync(batch)
+
     def apply_now(self, write: Write) -> BatchResult | None:
         """``await submit(write)`` without the future, when a store that never waits can take
         ``write`` right now: its result (or the error awaiting the future would raise). None
@@ -139,21 +156,19 @@ class GroupCommitter:
             return None
         if not (self._sync_count + 1) % _YIELD_EVERY:
             return None  # submit() applies it too, and settles it on the next turn of the loop
-        sync = _sync_applier(self._store)
-        if sync is None:
+        sync = self._apply_sync
+        if sync is None or "apply" in self._store_attrs:  # _sync_applier, inline: every write
             return None
         self._sync_count += 1
-        batch = Batch()
-        getattr(batch, _FIELD[type(write)]).append(write)
         try:
-            result = sync(batch)
+            result = self._apply_alone(sync, write)
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             failed: BaseException = exc
-            self._report([write], None)
+            self._report_one(write, None)
         else:
             self.commits += 1
             self.writes += 1
-            self._report([write], result)
+            self._report_one(write, result)
             if result.stale and _is_stale(write, result):
                 raise StaleLeaseError(write.actor_id, write.fence)  # type: ignore[union-attr]
             return result
@@ -170,7 +185,7 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[BatchResult] = loop.create_future()
         if not self._queue and not self._busy and not self._unsettled:
-            sync = _sync_applier(self._store)
+            sync = self._sync_applier()
             if sync is not None:
                 self._apply_now(sync, write, fut, loop)
                 return fut
@@ -186,10 +201,8 @@ class GroupCommitter:
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         """The fast path of a store that never waits: apply ``write`` alone, right now."""
-        batch = Batch()
-        getattr(batch, _FIELD[type(write)]).append(write)
         try:
-            result: BatchResult | None = sync(batch)
+            result: BatchResult | None = self._apply_alone(sync, write)
             error: BaseException | None = None
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             result, error = None, exc
@@ -288,12 +301,17 @@ class GroupCommitter:
             return
         for w in writes:
             if type(w) is NewMessage:
-                try:
-                    self._on_stored(w, result)
-                except Exception as exc:  # noqa: BLE001 - the committer goes on; logged
-                    telemetry.log.error(
-                        "message_not_routed", msg_id=w.msg_id, actor_id=w.actor_id, error=repr(exc)
-                    )
+                self._report_one(w, result)
+
+    def _report_one(self, write: Write, result: BatchResult | None) -> None:
+        if self._on_stored is None or type(write) is not NewMessage:
+            return
+        try:
+            self._on_stored(write, result)
+        except Exception as exc:  # noqa: BLE001 - the committer goes on; logged
+            telemetry.log.error(
+                "message_not_routed", msg_id=write.msg_id, actor_id=write.actor_id, error=repr(exc)
+            )
 
     async def _commit_next(self) -> None:
         self._busy = True

@@ -6,7 +6,7 @@ nothing, so it is for tests of actor logic, never for durability.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -23,6 +23,7 @@ from tether.runtime.store import (
     NewMessage,
     Reply,
     Snapshot,
+    StepCommit,
     StopActor,
     StoredMessage,
 )
@@ -32,7 +33,8 @@ class _Row(msgspec.Struct):
     seq: int
     msg: NewMessage
     attempts: int = 0
-    errors: list[str] = msgspec.field(default_factory=list)
+    # replaced, never appended to: a row starts with no list of its own (one per message)
+    errors: Sequence[str] = ()
     parks: int = 0
 
 
@@ -42,6 +44,10 @@ class _ReplyRow(msgspec.Struct):
 
 
 T = TypeVar("T", bound=Any)
+
+# What ``apply_one`` returns for a write with nothing to report. One shared instance is safe:
+# callers only read results (the committer already hands one result to every write of a batch).
+_NOTHING_TO_REPORT = BatchResult()
 
 
 def _live(ops: list[T], stale: set[str]) -> list[T]:
@@ -86,6 +92,35 @@ class MemoryStore:
     async def apply(self, batch: Batch) -> BatchResult:
         return self.apply_sync(batch)
 
+    def apply_one(self, write: Any) -> BatchResult | None:
+        """``apply_sync`` of a batch of ``write`` alone, without building the batch, for the two
+        writes of every message: a send without a dedup key, and a step whose fence holds and
+        that stops nothing. None for any other write: the caller goes through ``apply_sync``.
+        Both paths share the helpers below, so they cannot differ in what they store."""
+        if not self._open:
+            self._check()  # raises
+        kind = type(write)
+        if kind is NewMessage:
+            if write.dedup_key is not None:
+                return None
+            self._seq += 1
+            self.mailbox[write.msg_id] = _Row(self._seq, write, write.attempts)
+            return _NOTHING_TO_REPORT
+        if kind is not StepCommit or write.stop is not None:
+            return None
+        rec = self.actors.get(write.actor_id)
+        if rec is None or rec.fence != write.fence:
+            return None  # stale: apply_sync reports it
+        if write.events:
+            self._check_seqs(write, {})  # raises before anything is changed
+        result = BatchResult() if write.outbox else _NOTHING_TO_REPORT  # only sends report
+        for m in write.outbox:
+            self._insert(m, result)
+        self._apply_step(write)
+        if write.claim_next is not None:
+            self._claim(write.claim_next)
+        return result
+
     def apply_sync(self, batch: Batch) -> BatchResult:
         """``apply``, synchronously: nothing here waits, so the group committer calls it directly
         (no committer round trip) when it is the store's ``apply`` in force."""
@@ -94,7 +129,7 @@ class MemoryStore:
         result = BatchResult()
         # Validate first, then mutate in place: nothing below the checks can fail, so a batch is
         # applied whole or not at all, in time proportional to the batch, not to the store.
-        actors, mailbox, dedup, replies = self.actors, self.mailbox, self.dedup, self.replies
+        actors = self.actors
         if (
             batch.releases
             or batch.steps
@@ -110,14 +145,8 @@ class MemoryStore:
         stale = result.stale
         last_seq: dict[str, int] = {}
         for st in batch.steps:
-            if not st.events or st.actor_id in stale:
-                continue
-            for ev in st.events:
-                have = self.journal.get(st.actor_id)
-                prev = last_seq.get(st.actor_id, have[-1].seq if have else 0)
-                if ev.seq <= prev:
-                    raise StoreError(f"journal of {st.actor_id!r} already has seq {ev.seq}")
-                last_seq[st.actor_id] = ev.seq
+            if st.events and st.actor_id not in stale:
+                self._check_seqs(st, last_seq)
 
         if batch.spawns or batch.revives or batch.watches or batch.releases or batch.acquires:
             self._apply_registry(batch, result)
@@ -138,32 +167,53 @@ class MemoryStore:
                 stop_ops.append(s.stop)
         stop_ops += batch.stops
         for m in messages:
-            if m.dedup_key is not None:
-                stored = dedup.setdefault((m.actor_id, m.dedup_key), (m.msg_id, m.created_at))[0]
-                if stored != m.msg_id:
-                    result.duplicates[m.msg_id] = stored
-                    continue
-            self._seq += 1
-            mailbox[m.msg_id] = _Row(seq=self._seq, msg=m, attempts=m.attempts)
-
+            self._insert(m, result)
         for s in steps:
-            if s.events:
-                self.journal.setdefault(s.actor_id, []).extend(s.events)
-            if s.snapshot is not None:
-                self.snapshots[s.actor_id] = s.snapshot
-            row = mailbox.pop(s.msg_id, None)
-            if s.reply is not None and row is not None:
-                replies[s.msg_id] = _ReplyRow(Reply(s.msg_id, True, s.reply), row.msg.created_at)
-            for late in s.late_replies:
-                replies[late.msg_id] = _ReplyRow(Reply(late.msg_id, True, late.payload), late.at)
-
+            self._apply_step(s)
         for msg_id in claims:
-            row = mailbox.get(msg_id)
-            if row is not None:
-                row.attempts += 1  # a row is never shared: reads hand out copies
+            self._claim(msg_id)
         if batch.failures or batch.effects or batch.parks or stop_ops:
             self._apply_rest(batch, stale, stop_ops)
         return result
+
+    def _check_seqs(self, st: StepCommit, last_seq: dict[str, int]) -> None:
+        """Refuse a step whose events do not follow the journal (and the batch's earlier
+        steps of the same actor, in ``last_seq``)."""
+        have = self.journal.get(st.actor_id)
+        prev = last_seq.get(st.actor_id, have[-1].seq if have else 0)
+        for ev in st.events:
+            if ev.seq <= prev:
+                raise StoreError(f"journal of {st.actor_id!r} already has seq {ev.seq}")
+            prev = ev.seq
+        last_seq[st.actor_id] = prev
+
+    def _insert(self, m: NewMessage, result: BatchResult) -> None:
+        """Store a sent message, unless its dedup key was used before (a duplicate)."""
+        if m.dedup_key is not None:
+            stored = self.dedup.setdefault((m.actor_id, m.dedup_key), (m.msg_id, m.created_at))[0]
+            if stored != m.msg_id:
+                result.duplicates[m.msg_id] = stored
+                return
+        self._seq += 1
+        self.mailbox[m.msg_id] = _Row(self._seq, m, m.attempts)
+
+    def _apply_step(self, s: StepCommit) -> None:
+        """A step's journal, snapshot, ack and replies (its outbox is inserted before)."""
+        if s.events:
+            self.journal.setdefault(s.actor_id, []).extend(s.events)
+        if s.snapshot is not None:
+            self.snapshots[s.actor_id] = s.snapshot
+        row = self.mailbox.pop(s.msg_id, None)
+        replies = self.replies
+        if s.reply is not None and row is not None:
+            replies[s.msg_id] = _ReplyRow(Reply(s.msg_id, True, s.reply), row.msg.created_at)
+        for late in s.late_replies:
+            replies[late.msg_id] = _ReplyRow(Reply(late.msg_id, True, late.payload), late.at)
+
+    def _claim(self, msg_id: str) -> None:
+        row = self.mailbox.get(msg_id)
+        if row is not None:
+            row.attempts += 1  # a row is never shared: reads hand out copies
 
     def _apply_registry(self, batch: Batch, result: BatchResult) -> None:
         """The actor registry's writes of ``apply_sync`` (after its checks; none can fail).

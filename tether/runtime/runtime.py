@@ -331,7 +331,8 @@ class Runtime:
     async def tell(
         self, actor_id: str, msg: Message, *, dedup_key: str | None, delay: float | None
     ) -> None:
-        self._check_open()
+        if not self._open:
+            self._check_open()  # raises
         spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
         new = self._prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
         step = current_step.get()
@@ -345,7 +346,8 @@ class Runtime:
     async def ask(
         self, actor_id: str, msg: Message, *, timeout: float, dedup_key: str | None
     ) -> Any:
-        self._check_open()
+        if not self._open:
+            self._check_open()  # raises
         if not (type(timeout) in (float, int) and timeout > 0):  # the usual case, checked cheaply
             _positive("ask timeout", timeout)
         spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
@@ -379,7 +381,8 @@ class Runtime:
             self._ask_deadlines.add(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
             return await fut
         finally:
-            self._unwait_reply(waiting_on, fut)
+            if waiting_on in self._asks:  # else answered (_resolve removed it) or never waited
+                self._unwait_reply(waiting_on, fut)
 
     async def stop(self, actor_id: str, reason: str) -> None:
         """Stop an actor for good: it finishes its current message; the rest go to dead letters."""

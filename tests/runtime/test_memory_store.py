@@ -1,0 +1,113 @@
+"""``MemoryStore.apply_one``: the short path of a single write stores exactly what
+``apply_sync`` stores for a batch of that write alone, and declines every other write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.runtime.test_store_conformance import NOW, TTL, msg, record, step
+from tether.errors import StoreError
+from tether.runtime.memory_store import MemoryStore
+from tether.runtime.store import (
+    Batch,
+    BatchResult,
+    JournalRow,
+    LateReply,
+    LeaseAcquire,
+    NewMessage,
+    Snapshot,
+    Spawn,
+    StepCommit,
+    StopActor,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def two_stores() -> tuple[MemoryStore, MemoryStore, int]:
+    """Two opened stores holding the actor ``a``, leased: (by apply_sync, by apply_one, fence)."""
+    stores = (MemoryStore(), MemoryStore())
+    for s in stores:
+        await s.open()
+        await s.register_runtime("rt-1", "host", 1, NOW)
+        s.apply_sync(Batch(spawns=[Spawn(record("a")), Spawn(record("b"))]))
+        result = s.apply_sync(Batch(acquires=[LeaseAcquire("a", "rt-1", NOW + TTL, NOW)]))
+    fence = result.leases["a"]
+    assert fence is not None
+    return stores[0], stores[1], fence
+
+
+def alone(write: Any) -> Batch:
+    if isinstance(write, NewMessage):
+        return Batch(messages=[write])
+    return Batch(steps=[write])
+
+
+def state(s: MemoryStore) -> tuple[Any, ...]:
+    return (s.mailbox, s.dedup, s.journal, s.snapshots, s.replies, s.actors, s._seq)
+
+
+def same(by_batch: MemoryStore, by_one: MemoryStore, write: Any) -> BatchResult:
+    """Apply ``write`` to each store, each way; both end the same, with the same result."""
+    expected = by_batch.apply_sync(alone(write))
+    got = by_one.apply_one(write)
+    assert got is not None, "declined a write it takes"
+    assert got == expected
+    assert state(by_one) == state(by_batch)
+    return got
+
+
+async def test_apply_one_stores_a_send_and_a_step_as_apply_sync_does() -> None:
+    by_batch, by_one, fence = await two_stores()
+    m1 = msg("m1", wants_reply=True)
+    m3 = NewMessage("m3", "a", "Ping", b"m3", NOW, NOW, attempts=1)
+    same(by_batch, by_one, m1)
+    same(by_batch, by_one, m3)
+    assert by_one.apply_one(msg("m2", dedup_key="k")) is None  # keyed: apply_sync takes it
+    for s in (by_batch, by_one):
+        s.apply_sync(alone(msg("m2", dedup_key="k")))
+    full = StepCommit(
+        actor_id="a",
+        fence=fence,
+        msg_id="m1",
+        events=[JournalRow(1, b"e1"), JournalRow(2, b"e2")],
+        outbox=[msg("o1", "b"), msg("o2", dedup_key="k"), msg("o3", "b", dedup_key="k")],
+        reply=b"answer",
+        snapshot=Snapshot(2, b"state"),
+        claim_next="m3",
+        late_replies=[LateReply("earlier", b"late", NOW)],
+    )
+    result = same(by_batch, by_one, full)
+    assert result.duplicates == {"o2": "m2"}  # o3: the same key, another actor's
+    assert by_one.mailbox["m3"].attempts == 2
+    assert "m1" not in by_one.mailbox  # acked
+    assert {"o1", "o3"} <= by_one.mailbox.keys()
+    same(by_batch, by_one, step("a", fence, "m3"))  # nothing to report: no outbox
+
+
+async def test_apply_one_declines_stale_and_stopping_steps() -> None:
+    _, by_one, fence = await two_stores()
+    by_one.apply_one(msg("m1"))
+    before = state(by_one)
+    assert by_one.apply_one(step("a", fence + 1, "m1")) is None  # stale: apply_sync reports it
+    assert by_one.apply_one(step("c", 0, "m1")) is None  # no such actor
+    stop = StopActor("a", "done", NOW, b"", "stopped")
+    assert by_one.apply_one(step("a", fence, "m1", stop=stop)) is None
+    assert state(by_one) == before
+
+
+async def test_apply_one_refuses_a_step_whose_events_do_not_follow_the_journal() -> None:
+    by_batch, by_one, fence = await two_stores()
+    for s in (by_batch, by_one):
+        s.apply_sync(alone(msg("m1")))
+        s.apply_sync(alone(msg("m2")))
+    same(by_batch, by_one, step("a", fence, "m1", events=[JournalRow(1, b"e1")]))
+    again = step("a", fence, "m2", events=[JournalRow(1, b"e1")], outbox=[msg("o1")])
+    before = state(by_one)
+    with pytest.raises(StoreError):
+        by_one.apply_one(again)
+    with pytest.raises(StoreError):
+        by_batch.apply_sync(alone(again))
+    assert state(by_one) == before == state(by_batch)
