@@ -111,3 +111,26 @@ async def test_apply_one_refuses_a_step_whose_events_do_not_follow_the_journal()
     with pytest.raises(StoreError):
         by_batch.apply_sync(alone(again))
     assert state(by_one) == before == state(by_batch)
+
+
+@pytest.mark.parametrize("applier", ["apply", "apply_sync"])
+async def test_an_applier_replaced_on_a_running_store_receives_every_write(applier: str) -> None:
+    """The committer caches the store's appliers; one replaced on the instance afterwards (a
+    test injecting a failure) still gets the writes: a failing one fails the send, and once
+    it is put back, sends are stored again."""
+    import tether
+    from tests import sample_actors as sa
+
+    async with tether.Runtime(":memory:") as rt:
+        acct = await rt.spawn(sa.Account, "acct")
+        assert isinstance(rt.store, MemoryStore)
+
+        def broken(*_: Any) -> Any:
+            raise StoreError("disk on fire")
+
+        setattr(rt.store, applier, broken)
+        with pytest.raises(tether.JournalWriteError, match="disk on fire"):
+            await acct.tell(sa.Deposit(amount=5))
+        delattr(rt.store, applier)
+        await acct.tell(sa.Deposit(amount=7))
+        assert await acct.ask(sa.GetBalance(), timeout=5) == 7

@@ -128,11 +128,16 @@ class GroupCommitter:
         self.writes = 0
 
     def _sync_applier(self) -> Callable[[Batch], BatchResult] | None:
-        """The store's synchronous ``apply_sync``, unless ``apply`` was replaced on the instance
-        (a test wrapping it to inject failures): then every write must go through that ``apply``."""
-        if self._apply_sync is None or "apply" in self._store_attrs:
+        """The store's synchronous ``apply_sync``, unless one of its appliers was replaced on
+        the instance (a test wrapping it to inject failures): then every write goes through
+        ``apply``, which reaches the replacement (the cached methods would not)."""
+        if self._apply_sync is None or self._replaced():
             return None
         return self._apply_sync
+
+    def _replaced(self) -> bool:
+        attrs = self._store_attrs  # the instance's own attributes, live
+        return "apply" in attrs or "apply_sync" in attrs or "apply_one" in attrs
 
     def _apply_alone(self, sync: Callable[[Batch], BatchResult], write: Write) -> BatchResult:
         """``sync`` of a batch of ``write`` alone. A store with an ``apply_one`` takes the usual
@@ -157,7 +162,7 @@ class GroupCommitter:
         if not (self._sync_count + 1) % _YIELD_EVERY:
             return None  # submit() applies it too, and settles it on the next turn of the loop
         sync = self._apply_sync
-        if sync is None or "apply" in self._store_attrs:  # _sync_applier, inline: every write
+        if sync is None or self._replaced():  # _sync_applier, inline: every write
             return None
         self._sync_count += 1
         try:
