@@ -32,6 +32,7 @@ import anyio
 import msgspec
 
 from tether.errors import CorruptRecordError, SchemaVersionError, StoreError, StoreOpenError
+from tether.runtime.blobs import pack, unpack
 from tether.runtime.store import (
     SCHEMA_VERSION,
     ActorRecord,
@@ -1172,10 +1173,10 @@ def _effect_row(e: EffectRecord) -> tuple[Any, ...]:
         e.key,
         e.tool,
         e.input_hash,
-        e.args,
+        pack(e.args),
         e.status,
         e.attempts,
-        e.result,
+        pack(e.result),
         e.error,
         e.reason,
         _encode(e.history),
@@ -1194,10 +1195,10 @@ def _effect(row: Sequence[Any]) -> EffectRecord:
         key=key,
         tool=tool,
         input_hash=input_hash,
-        args=args,
+        args=unpack(args),
         status=status,
         attempts=attempts,
-        result=result,
+        result=unpack(result),
         error=error,
         reason=reason,
         history=_decode_errors(history, f"effect {key}"),
