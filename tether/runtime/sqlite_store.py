@@ -12,7 +12,8 @@ Layout of the work, and why:
 * One reader connection for everything else; WAL lets it read while the writer writes. On
   ``":memory:"`` there is one connection, so reads queue behind whole batches on its thread and
   never see half of one.
-* The schema carries a version in ``meta``; a store of an unknown version is refused.
+* The schema carries a version in ``meta``; a store of another version is refused (an older
+  one with the command that upgrades it: ``tether migrate``, ``runtime/migrations.py``).
 """
 
 from __future__ import annotations
