@@ -27,6 +27,7 @@ from tests import sample_actors as sa
 from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Banker, Do, Ping, Wire
 from tests.schema_v2 import as_schema_v2
+from tests.sqlite_files import dump
 from tether.cli import _is_session, main
 from tether.runtime.store import ActorRecord
 
@@ -727,14 +728,6 @@ def effect_rows(db: Path) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(db)
     try:
         return sorted(con.execute("SELECT * FROM effects").fetchall())
-    finally:
-        con.close()
-
-
-def dump(db: Path) -> list[str]:
-    con = sqlite3.connect(db)
-    try:
-        return list(con.iterdump())
     finally:
         con.close()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import structlog
 
 import tether
 from tests.badinput import actors as b
+from tests.sqlite_files import dump
 from tether.runtime import telemetry
 
 pytestmark = pytest.mark.anyio
@@ -43,25 +44,16 @@ def sql(db: Path, statement: str, *params: Any) -> list[Any]:
         con.close()
 
 
-def dump(db: Path) -> list[str]:
-    con = sqlite3.connect(db)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
-
-
 @pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
+def _fresh() -> None:
     b.FAILS.clear()
     b.CALLS.clear()
     b.AMBIGUOUS.clear()
     b.TRANSIENT.clear()
-    return
 
 
 @pytest.fixture
-def logs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def logs(monkeypatch: pytest.MonkeyPatch) -> list[MutableMapping[str, Any]]:
     """tether's log events of this test (whatever structlog's global configuration)."""
     capture = structlog.testing.LogCapture()
     logger = structlog.wrap_logger(

@@ -15,6 +15,7 @@ import anyio
 import msgspec
 import pytest
 
+from tests.sqlite_files import dump
 from tether.errors import SchemaVersionError, StoreError, StoreOpenError
 from tether.runtime.sqlite_store import SqliteStore
 from tether.runtime.store import (
@@ -33,15 +34,6 @@ from tether.runtime.store import (
 from .test_store_conformance import NOW, effect, msg, owned, record
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def dump(path: Path) -> list[str]:
-    """The logical content of an SQLite file, for 'was it modified?' checks."""
-    con = sqlite3.connect(path)
-    try:
-        return list(con.iterdump())
-    finally:
-        con.close()
 
 
 @pytest.fixture
