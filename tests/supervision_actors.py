@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import anyio
 
 import tether
@@ -94,7 +96,7 @@ class BadStart(tether.Actor[int]):
 
 
 class Watcher(tether.Actor[list[str]]):
-    initial_state: list[str] = []
+    initial_state: ClassVar[list[str]] = []
 
     def apply(self, state: list[str], event: Seen) -> list[str]:
         return [*state, f"{event.actor_id}:{event.reason}"]

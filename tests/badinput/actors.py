@@ -175,6 +175,7 @@ class Shop(tether.Actor[ShopState]):
         return ShopState(outcomes=[*state.outcomes, event.text])
 
     async def handle(self, msg: Pay | Ship | Wire | Log) -> list[str] | str:
+        text: str
         match msg:
             case Pay(order_id=o, cents=c):
                 try:
@@ -228,7 +229,7 @@ SCRIPT = Script()
 
 class Clerk(tether.AgentSession):
     tools = [lookup]
-    model = SCRIPT  # type: ignore[assignment]
+    model = SCRIPT
     loop_policy = None
 
 
@@ -291,4 +292,5 @@ class Researcher(tether.Actor[LedgerState]):
         return state
 
     async def handle(self, msg: Find) -> int:
-        return await self.effect(find, x=msg.x)
+        found: int = await self.effect(find, x=msg.x)
+        return found

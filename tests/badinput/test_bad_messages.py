@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,11 @@ def rows(db: Path, sql: str, *params: Any) -> list[Any]:
 
 
 @pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
+def _fresh() -> None:
     b.FAILS.clear()
     b.LOOKUPS.clear()
     b.SCRIPT.lines.clear()
     b.SCRIPT.requests.clear()
-    return
 
 
 # -- unknown message types -------------------------------------------------------------------
@@ -50,14 +48,14 @@ async def test_an_unaccepted_type_is_rejected_naming_actor_type_and_accepted_one
     async with fast(db) as rt:
         ledger = await rt.spawn(b.Ledger, "l")
         with pytest.raises(tether.MessageRejected) as info:
-            await ledger.tell(b.Stranger())  # type: ignore[arg-type]
+            await ledger.tell(b.Stranger())
         assert "'l'" in str(info.value)
         assert "Stranger" in str(info.value)
         assert "Add" in info.value.accepted
         with pytest.raises(tether.MessageRejected):
-            await ledger.ask(b.Stranger(), timeout=1)  # type: ignore[arg-type]
+            await ledger.ask(b.Stranger(), timeout=1)
         with pytest.raises(tether.MessageRejected):
-            await ledger.tell(tether.Terminated(actor_id="x", reason="y"))  # type: ignore[arg-type]
+            await ledger.tell(tether.Terminated(actor_id="x", reason="y"))
         assert rows(db, "SELECT COUNT(*) FROM mailbox") == [(0,)]
         assert await ledger.ask(b.Log(), timeout=5) == []
 

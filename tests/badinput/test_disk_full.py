@@ -55,9 +55,8 @@ async def wait_for(predicate: Any, timeout: float = 10.0) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
+def _fresh() -> None:
     b.FAILS.clear()
-    return
 
 
 # -- the file cannot grow (max_page_count) --------------------------------------------------------

@@ -120,9 +120,10 @@ class Harness:
         assert rt is not None
         kind = op[0]
         if kind in ("tell", "ask", "boom", "stop"):
-            actor_id = self.pick(op[1])
-            if actor_id is None:
+            picked = self.pick(op[1])
+            if picked is None:
                 return
+            actor_id = picked
             ref = rt.ref(actor_id)
             if actor_id in m.stopped:
                 if kind != "stop":

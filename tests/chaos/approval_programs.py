@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -221,7 +222,10 @@ async def decide_program(db: str, request_id: str, kind: str, by: str, extra: st
         raise SystemExit(code)
 
 
-PROGRAMS = {"agent": agent_program, "decide": decide_program}
+PROGRAMS: dict[str, Callable[..., Awaitable[None]]] = {
+    "agent": agent_program,
+    "decide": decide_program,
+}
 
 
 def main(argv: list[str]) -> None:

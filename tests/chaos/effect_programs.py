@@ -34,6 +34,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -327,7 +328,7 @@ async def _resolve(rt: tether.Runtime, held: Any, how: str, paydb: str) -> None:
     report(f"resolved={how}")
 
 
-PROGRAMS = {"refunds": refunds_program}
+PROGRAMS: dict[str, Callable[..., Awaitable[None]]] = {"refunds": refunds_program}
 
 
 def main(argv: list[str]) -> None:

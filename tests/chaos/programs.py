@@ -22,6 +22,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import anyio
 import msgspec
@@ -338,7 +339,7 @@ async def enqueue_program(db: str, n: str, mode: str) -> None:
 
 # -- entry point --------------------------------------------------------------------------------
 
-PROGRAMS = {
+PROGRAMS: dict[str, Callable[..., Awaitable[None]]] = {
     "counter": counter_program,
     "poison-kill": poison_kill_program,
     "race": race_program,

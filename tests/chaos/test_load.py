@@ -9,6 +9,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import anyio
 import pytest
@@ -36,7 +37,7 @@ def _bench() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def load_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def load_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One run shared by the tests below: 200 sessions x 5 messages, then a second runtime on
     the same file asks 40 of them once more (reopen + recovery), then the offline checks."""
     bench = _bench()
@@ -47,7 +48,7 @@ def load_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return anyio.run(bench.run_all, sizes, db, backend="asyncio")
 
 
-def test_nothing_is_lost(load_run: dict) -> None:
+def test_nothing_is_lost(load_run: dict[str, Any]) -> None:
     """Every ask got its own answer exactly once; every journal holds exactly the tasks sent,
     finished, in order; 3 ledger rows per message at attempt 1; one reply per ask; mailbox and
     dead letters empty (see ``check_store``)."""
@@ -62,7 +63,7 @@ def test_nothing_is_lost(load_run: dict) -> None:
     }
 
 
-def test_sessions_passivate_under_load(load_run: dict) -> None:
+def test_sessions_passivate_under_load(load_run: dict[str, Any]) -> None:
     """Sessions left memory between their messages and came back: more activations than
     sessions, for sessions and for their loop guards."""
     counts = load_run["check"]["counts"]
@@ -70,7 +71,7 @@ def test_sessions_passivate_under_load(load_run: dict) -> None:
     assert counts["guard_activations"] > 200
 
 
-def test_active_cells_drop_back_after_passivation(load_run: dict) -> None:
+def test_active_cells_drop_back_after_passivation(load_run: dict[str, Any]) -> None:
     """After the drain, no session and no loop guard is active (only the guards' supervisor,
     which never passivates, may be), and no per-message bookkeeping is left."""
     books = load_run["books_after_drain"]
@@ -88,7 +89,7 @@ def test_active_cells_drop_back_after_passivation(load_run: dict) -> None:
     assert load_run["sample"]["books_after"]["cells"] <= 2
 
 
-def test_no_per_actor_bookkeeping_outlives_passivation(load_run: dict) -> None:
+def test_no_per_actor_bookkeeping_outlives_passivation(load_run: dict[str, Any]) -> None:
     """With every session and loop guard passivated, the runtime holds nothing per actor:
     a long-lived runtime serving ever new session ids must not grow by one entry per id."""
     for books in (load_run["books_after_drain"], load_run["sample"]["books_after"]):
@@ -134,7 +135,8 @@ async def _two_tasks(db: Path, passivate_after: float | None) -> str:
             with anyio.fail_after(30):
                 while "rep" in rt.cells or "rep/loops" in rt.cells:
                     await anyio.sleep(0.02)
-        return await ref.ask(tether.UserMessage("and again"), timeout=30)
+        answer: str = await ref.ask(tether.UserMessage("and again"), timeout=30)
+        return answer
 
 
 @pytest.mark.anyio

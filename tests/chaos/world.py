@@ -354,10 +354,18 @@ def run_world(workdir: Path, spec: WorldSpec, *, say: Callable[[str], None] = pr
                 elif mode == "load":
                     time.sleep(rng.uniform(0.25, 1.5))
                 elif mode == "approval":
-                    _wait(lambda rt=rt: pending_approvals(db) > 0 or not rt.alive(), 3.0)
+
+                    def held_or_dead(rt: Child = rt) -> bool:
+                        return pending_approvals(db) > 0 or not rt.alive()
+
+                    _wait(held_or_dead, 3.0)
                     time.sleep(rng.uniform(0.0, 0.1))
                 else:  # commit: the store kills its own process
-                    _wait(lambda rt=rt: not rt.alive(), 5.0)
+
+                    def dead(rt: Child = rt) -> bool:
+                        return not rt.alive()
+
+                    _wait(dead, 5.0)
             snapshot = (pending_approvals(db), effects_in_flight(db), mailbox(db))
             if rt.alive():
                 rt.signal(signal.SIGKILL)

@@ -49,6 +49,7 @@ import signal
 import sys
 import time
 import typing
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -568,7 +569,7 @@ async def decider_program(workdir: str) -> None:
     report("decider done")
 
 
-PROGRAMS = {
+PROGRAMS: dict[str, Callable[..., Awaitable[None]]] = {
     "setup": setup_program,
     "runtime": runtime_program,
     "client": client_program,

@@ -181,7 +181,7 @@ class Banker(tether.Actor[LedgerState]):
         if isinstance(msg, Ping):
             return "pong"
         try:
-            outcome = await self.effect(wire, to=msg.to, cents=msg.cents)
+            outcome: str = await self.effect(wire, to=msg.to, cents=msg.cents)
         except tether.ApprovalRejected as exc:
             outcome = f"rejected by {exc.by}: {exc.reason}"
         self.persist(Wired(outcome=outcome))
@@ -209,7 +209,7 @@ class CarefulBanker(Banker):
     async def handle(self, msg: Wire | Ping) -> str:
         if isinstance(msg, Ping):
             return "pong"
-        outcome = await self.effect(plain_wire, to=msg.to, cents=msg.cents)
+        outcome: str = await self.effect(plain_wire, to=msg.to, cents=msg.cents)
         self.persist(Wired(outcome=outcome))
         return outcome
 
@@ -230,7 +230,7 @@ class DriftingBanker(Banker):
         if isinstance(msg, Ping):
             return "pong"
         NONDETERMINISTIC[0] += 1
-        outcome = await self.effect(wire, to=msg.to, cents=msg.cents + NONDETERMINISTIC[0])
+        outcome: str = await self.effect(wire, to=msg.to, cents=msg.cents + NONDETERMINISTIC[0])
         self.persist(Wired(outcome=outcome))
         return outcome
 
@@ -247,7 +247,7 @@ class FlakyAfterEffect(tether.Actor[LedgerState]):
     async def handle(self, msg: Do | Ping) -> str:
         if isinstance(msg, Ping):
             return "pong"
-        sent = await self.effect(send_email, to="c@d.e", body="once")
+        sent: str = await self.effect(send_email, to="c@d.e", body="once")
         if FlakyAfterEffect.broken[0]:
             raise RuntimeError("the handler is broken after its effect")
         self.persist(Done(results=[sent]))

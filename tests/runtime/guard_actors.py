@@ -92,7 +92,7 @@ class Researcher(tether.Actor[Notes]):
         if isinstance(msg, Ping):
             return "pong"
         try:
-            line = await self.effect(search, query=msg.query)
+            line: str = await self.effect(search, query=msg.query)
         except tether.LoopDetected as exc:
             line = f"loop {exc.pattern}/{exc.response}: {exc.detail}"
         self.persist(Noted(line=line))

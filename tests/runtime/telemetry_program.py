@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
@@ -22,7 +23,7 @@ import tether
 LOGS: list[dict[str, Any]] = []
 
 
-def capture(_: Any, method: str, event_dict: dict[str, Any]) -> str:
+def capture(_: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
     LOGS.append({k: str(v) for k, v in event_dict.items()})
     return ""
 

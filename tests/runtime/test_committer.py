@@ -44,7 +44,11 @@ async def test_a_large_batch_settles_in_slices_and_a_later_batch_waits_behind_it
     settled: list[str] = []
     futures = [committer.submit(claim(i)) for i in range(n)]
     for i, fut in enumerate(futures):
-        fut.add_done_callback(lambda f, i=i: settled.append(f"m{i}"))
+
+        def on_settled(_: asyncio.Future[BatchResult], i: int = i) -> None:
+            settled.append(f"m{i}")
+
+        fut.add_done_callback(on_settled)
     seen_at_first: list[bool] = []
 
     def first_settled(_: asyncio.Future[BatchResult]) -> None:

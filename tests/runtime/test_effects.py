@@ -338,8 +338,11 @@ async def test_effects_are_refused_outside_a_handler_and_for_undeclared_tools(
     async def plain(x: int) -> int:
         return x
 
+    def not_async() -> None:
+        return None
+
     with pytest.raises(tether.ConfigError, match="async def"):
-        tether.tool(lambda: None)  # type: ignore[arg-type]
+        tether.tool(not_async)  # type: ignore[arg-type]  # a plain def on purpose: refused
     with pytest.raises(tether.ConfigError, match="recovery must be one of"):
         tether.tool(recovery="maybe")(plain)  # type: ignore[call-overload]
     with pytest.raises(tether.ConfigError, match="max_attempts"):

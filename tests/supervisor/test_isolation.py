@@ -10,7 +10,9 @@ and the supervisor keeps running.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -51,7 +53,11 @@ async def test_one_crashing_session_does_not_disturb_99_others(tmp_path: Path) -
             ref = rt.ref(cid)
             async with anyio.create_task_group() as tg:
                 for n in range(WORK):
-                    tg.start_soon(lambda n=n: ref.ask(a.Work(n=n), timeout=60))
+
+                    def ask(n: int = n) -> Coroutine[Any, Any, Any]:
+                        return ref.ask(a.Work(n=n), timeout=60)
+
+                    tg.start_soon(ask)
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
