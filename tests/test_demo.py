@@ -115,7 +115,13 @@ def test_the_cli_commands_it_prints_work_on_the_store(
         )
     assert "ambiguous (attempt 1 did not report back" in outputs["show"]
     assert re.search(r"carol\s+big_refund.*approved\s+1/1", outputs["approvals"])
-    assert "breaker:check_fraud_score (Breaker)" in outputs["tree"]
+    # `tether tree` runs no actor: guards describe their state from their journals. A loop
+    # guard, whose recent calls are rebuilt from the ledger when it starts, says nothing.
+    tree = outputs["tree"]
+    assert re.search(r"breaker:check_fraud_score \(Breaker\) running \[open until ", tree), tree
+    assert re.search(r"breaker:refund \(Breaker\) running \[closed\]", tree), tree
+    assert re.search(r"carol/gate \(Gate\) running \[0 pending; 1 approved", tree), tree
+    assert re.search(r"^  alice/loops \(LoopGuard\) running$", tree, re.M), tree
 
 
 def test_db_chooses_where_the_store_goes(tmp_path: Path) -> None:

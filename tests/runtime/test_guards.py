@@ -96,6 +96,28 @@ async def test_the_tree_shows_an_open_breaker_with_why_and_until_when(tmp_path: 
     assert "3 of the last 3 calls failed" in text
 
 
+async def test_an_administration_process_shows_the_guards_state_from_their_journals(
+    tmp_path: Path,
+) -> None:
+    """``rt.tree()`` (``tether tree``) in a process that runs no actor: the breaker's state
+    comes from its committed journal, as the serving runtime's tree shows it live."""
+    clock = FakeClock()
+    async with runtime(tmp_path, clock=clock) as rt:
+        c = await rt.spawn(Caller, "c1")
+        for i in range(3):
+            await c.ask(Call(n=i), timeout=5)
+        [live] = [n for n in await rt.tree() if n.id == "tether.guards"]
+    async with runtime(tmp_path, serve=False, clock=clock) as admin:
+        [guards] = [n for n in await admin.tree() if n.id == "tether.guards"]
+    breaker, live_breaker = guards.find("breaker:flaky"), live.find("breaker:flaky")
+    assert breaker is not None
+    assert live_breaker is not None
+    assert not breaker.active
+    assert breaker.detail == live_breaker.detail
+    assert breaker.detail is not None
+    assert "3 of the last 3 calls failed" in breaker.detail
+
+
 async def test_an_uncaught_tool_unavailable_parks_the_message_until_the_breaker_reopens(
     tmp_path: Path,
 ) -> None:

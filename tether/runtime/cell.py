@@ -249,7 +249,7 @@ class Cell:
         self.rescan_requested = True
         self.processed = 0
         self.start_error: Exception | None = None  # why recovery or on_start failed, if it did
-        self._msg_decoder, self._event_decoder, self._state_decoder = decoders(spec)
+        self._msg_decoder = decoders(spec)[0]
         self._log_context: dict[str, str] = {"actor_id": actor_id}
         if getattr(spec.cls, "is_session", False):
             self._log_context["session_id"] = actor_id  # a session id is its actor id
@@ -527,43 +527,8 @@ class Cell:
 
     async def _recover(self) -> None:
         """Fold the committed journal (after the latest snapshot) into a fresh instance (I3)."""
-        store = self.runtime.store
-        snap = await store.load_snapshot(self._actor_id)
-        if snap is not None:
-            try:
-                state = self._state_decoder.decode(snap.state)
-            except msgspec.DecodeError as exc:
-                raise CorruptRecordError(
-                    f"snapshot of {self._actor_id!r} at seq {snap.seq} cannot be decoded: {exc}"
-                ) from exc
-            seq = snap.seq
-        else:
-            state = self._state_decoder.decode(self.runtime.encode(self.spec.cls.initial_state))
-            seq = 0
         instance = self._new_instance()
-        apply = instance.apply
-        decode = self._event_decoder.decode if self._event_decoder is not None else None
-        while True:
-            rows = await store.load_journal(self._actor_id, seq, _JOURNAL_CHUNK)
-            if rows and decode is None:
-                raise CorruptRecordError(
-                    f"{self._actor_id!r} has journal events but its class folds none"
-                )
-            try:  # one try around the hot loop, not one per event
-                for row in rows:
-                    state = apply(state, decode(row.payload))  # type: ignore[misc]
-            except msgspec.DecodeError as exc:
-                try:
-                    decode(row.payload)  # type: ignore[misc]
-                except msgspec.DecodeError:
-                    raise CorruptRecordError(
-                        f"journal of {self._actor_id!r} at seq {row.seq} cannot be decoded: {exc}"
-                    ) from exc
-                raise  # from the actor's own apply: not a corrupt row
-            if rows:
-                seq = rows[-1].seq
-            if len(rows) < _JOURNAL_CHUNK:
-                break
+        state, seq = await fold(self.runtime, self.spec, self._actor_id, instance)
         self._state, self.seq, self.instance = state, seq, instance
 
     def _new_instance(self) -> Actor[Any]:
@@ -1045,6 +1010,49 @@ _Decoders = tuple[
     "msgspec.msgpack.Decoder[Any]",
 ]
 _decoders: dict[type[Any], _Decoders] = {}
+
+
+async def fold(
+    runtime: Runtime, spec: ActorSpec, actor_id: str, instance: Actor[Any]
+) -> tuple[Any, int]:
+    """The state of ``actor_id`` as its committed journal makes it (I3), folded with
+    ``instance.apply`` from the latest snapshot, and the seq it is at. Reads only: a cell's
+    recovery, and an administration process's view of an actor it does not run."""
+    store = runtime.store
+    _, event_decoder, state_decoder = decoders(spec)
+    snap = await store.load_snapshot(actor_id)
+    if snap is not None:
+        try:
+            state = state_decoder.decode(snap.state)
+        except msgspec.DecodeError as exc:
+            raise CorruptRecordError(
+                f"snapshot of {actor_id!r} at seq {snap.seq} cannot be decoded: {exc}"
+            ) from exc
+        seq = snap.seq
+    else:
+        state = state_decoder.decode(runtime.encode(spec.cls.initial_state))
+        seq = 0
+    apply = instance.apply
+    decode = event_decoder.decode if event_decoder is not None else None
+    while True:
+        rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
+        if rows and decode is None:
+            raise CorruptRecordError(f"{actor_id!r} has journal events but its class folds none")
+        try:  # one try around the hot loop, not one per event
+            for row in rows:
+                state = apply(state, decode(row.payload))  # type: ignore[misc]
+        except msgspec.DecodeError as exc:
+            try:
+                decode(row.payload)  # type: ignore[misc]
+            except msgspec.DecodeError:
+                raise CorruptRecordError(
+                    f"journal of {actor_id!r} at seq {row.seq} cannot be decoded: {exc}"
+                ) from exc
+            raise  # from the actor's own apply: not a corrupt row
+        if rows:
+            seq = rows[-1].seq
+        if len(rows) < _JOURNAL_CHUNK:
+            return state, seq
 
 
 def decoders(spec: ActorSpec) -> _Decoders:

@@ -37,7 +37,7 @@ from tether.errors import (
 )
 from tether.runtime import telemetry
 from tether.runtime.approvals import ApprovalPolicy, Approvals
-from tether.runtime.cell import Cell, Step, current_step, decoders
+from tether.runtime.cell import Cell, Step, current_step, decoders, fold
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
@@ -979,6 +979,12 @@ class Runtime:
         for rec in records:
             children.setdefault(rec.parent_id, []).append(rec)
         ids = {r.actor_id for r in records}
+        offline = {
+            rec.actor_id: text
+            for rec in records
+            if rec.actor_id not in self.cells and rec.status == "active"
+            if (text := await self._offline_summary(rec)) is not None
+        }
 
         def node(rec: ActorRecord) -> TreeNode:
             status = (
@@ -997,10 +1003,31 @@ class Runtime:
                 restart_count=count,
                 last_failure=last,
                 children=[node(c) for c in children.get(rec.actor_id, [])],
-                detail=summary() if callable(summary) else None,
+                detail=summary() if callable(summary) else offline.get(rec.actor_id),
             )
 
         return [node(r) for r in records if r.parent_id is None or r.parent_id not in ids]
+
+    async def _offline_summary(self, rec: ActorRecord) -> str | None:
+        """What an actor that is not active here says of its state (a guard: a breaker open
+        until when, and why), from its committed journal: ``rt.tree()`` in an administration
+        process shows it too. None for a class without ``summary()``, not importable here, or
+        whose ``on_start`` builds state the journal does not hold (a loop guard rebuilds its
+        recent calls from the ledger): its summary would describe a state it never has."""
+        try:
+            cls = import_class(rec.class_path)
+        except ConfigError:
+            return None
+        if not callable(getattr(cls, "summary", None)) or cls.on_start is not Actor.on_start:
+            return None
+        try:
+            spec = actor_spec(cls)
+            instance = cls(**_decode_init(spec, rec.init))
+            state, _ = await fold(self, spec, rec.actor_id, instance)
+            instance._tether_cell = _Folded(state)
+            return str(instance.summary())
+        except Exception as exc:  # noqa: BLE001 - a view of one actor; the tree goes on
+            return f"state unreadable: {exc}"
 
     def stats(self) -> dict[str, int]:
         """Counters for tests and benchmarks: active actors, commits and writes so far."""
@@ -1135,6 +1162,15 @@ def _init_hints(cls: type[Any]) -> dict[str, Any]:
         return {}
     hints.pop("return", None)
     return hints
+
+
+class _Folded:
+    """What an actor instance built only to describe itself reads through its cell."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
 
 
 def process_gone(pid: int, started: float) -> bool:

@@ -11,7 +11,9 @@ class TreeNode(msgspec.Struct, frozen=True):
     ``status`` is ``running`` (active here, passivated, or owned by another runtime),
     ``restarting``, ``backing off``, ``stopped`` or ``failed``; ``active`` says whether its
     instance is in this process's memory right now. ``detail`` is what the actor says of its
-    own state, when it is active here and has a ``summary()`` (a breaker: open until when, why).
+    own state when it has a ``summary()`` (a breaker: open until when, why): from its live
+    state when it is active here, else from its committed journal (unless it builds state in
+    ``on_start`` that the journal does not hold).
     """
 
     id: str
