@@ -25,6 +25,7 @@ from tests.runtime.guard_actors import (
 )
 from tether.actors.guards.actors import GetLoopState, LoopGuard
 from tether.runtime.store import EffectRecord
+from tether.runtime.tree import TreeNode
 from tether.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -84,14 +85,19 @@ async def test_an_open_breaker_is_still_open_after_a_restart_with_the_same_remai
     assert breaker.detail == "closed"
 
 
+async def tripped_guards(rt: tether.Runtime) -> TreeNode:
+    """Trip the flaky tool's breaker (3 failed calls of c1); the guards' subtree as ``rt``
+    shows it."""
+    c = await rt.spawn(Caller, "c1")
+    for i in range(3):
+        await c.ask(Call(n=i), timeout=5)
+    [guards] = [n for n in await rt.tree() if n.id == "tether.guards"]
+    return guards
+
+
 async def test_the_tree_shows_an_open_breaker_with_why_and_until_when(tmp_path: Path) -> None:
-    clock = FakeClock()
-    async with runtime(tmp_path, clock=clock) as rt:
-        c = await rt.spawn(Caller, "c1")
-        for i in range(3):
-            await c.ask(Call(n=i), timeout=5)
-        [guards] = [n for n in await rt.tree() if n.id == "tether.guards"]
-        text = guards.render()
+    async with runtime(tmp_path, clock=FakeClock()) as rt:
+        text = (await tripped_guards(rt)).render()
     assert "breaker:flaky (Breaker) running [open until" in text
     assert "3 of the last 3 calls failed" in text
 
@@ -103,10 +109,7 @@ async def test_an_administration_process_shows_the_guards_state_from_their_journ
     comes from its committed journal, as the serving runtime's tree shows it live."""
     clock = FakeClock()
     async with runtime(tmp_path, clock=clock) as rt:
-        c = await rt.spawn(Caller, "c1")
-        for i in range(3):
-            await c.ask(Call(n=i), timeout=5)
-        [live] = [n for n in await rt.tree() if n.id == "tether.guards"]
+        live = await tripped_guards(rt)
     async with runtime(tmp_path, serve=False, clock=clock) as admin:
         [guards] = [n for n in await admin.tree() if n.id == "tether.guards"]
     breaker, live_breaker = guards.find("breaker:flaky"), live.find("breaker:flaky")
