@@ -406,12 +406,17 @@ def test_approvals_list_shows_a_corrupt_request_by_id_and_every_other_one(
     damaged = damage_a_copy_of_the_request(db)
     for argv in (["approvals", "list"], ["approvals", "list", "--session", "b1"]):
         code, out, err = cli(capsys, "--db", db, *argv)
-        assert (code, err) == (0, "")
+        assert code == 1  # listed, and a script learns that one could not be read
+        assert_one_line_error(
+            err, f"1 approval request(s) cannot be decoded (listed as corrupt): {damaged}"
+        )
         header, line, corrupt = out.splitlines()
         assert header.startswith("REQUEST")
         assert line.startswith(request_id)
         assert corrupt.startswith(f"corrupt: approval request '{damaged}' cannot be decoded: ")
-    good, bad = cli_json(capsys, "--db", db, "approvals", "list")
+    code, out, err = cli(capsys, "--db", db, "approvals", "list", "--json")
+    assert code == 1
+    good, bad = json.loads(out)
     assert good["request_id"] == request_id
     assert bad["request_id"] == damaged
     assert bad["status"] == "corrupt"

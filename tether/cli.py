@@ -619,15 +619,20 @@ async def _cmd_approvals_list(rt: tether.Runtime, args: argparse.Namespace) -> i
                 *({"request_id": rid, "status": "corrupt", "error": err} for rid, err in corrupt),
             ]
         )
-        return EXIT_OK
-    if not rows and not corrupt:
+    elif not rows and not corrupt:
         which = "" if status is None else f"{status} "
         print(f"no {which}approval requests")
-        return EXIT_OK
-    if rows:
-        _print_approvals_table(rows, rt.clock())
-    for _, err in corrupt:
-        print(_one_line(f"corrupt: {err}"))
+    else:
+        if rows:
+            _print_approvals_table(rows, rt.clock())
+        for _, err in corrupt:
+            print(_one_line(f"corrupt: {err}"))
+    if corrupt:
+        # Everything readable was listed; a script must still learn that something was not.
+        raise CliError(
+            f"{len(corrupt)} approval request(s) cannot be decoded (listed as corrupt): "
+            + ", ".join(rid for rid, _ in corrupt)
+        )
     return EXIT_OK
 
 

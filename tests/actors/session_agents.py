@@ -132,3 +132,19 @@ class ShortMemoryAgent(tether.AgentSession):
     model = ScriptedModel(look_then_answer)
     max_history = 5
     loop_policy = None  # its tasks look the same two orders up, over and over, on purpose
+
+
+class ForgetfulLoopingAgent(tether.AgentSession):
+    """Keeps two history entries, and repeats a lookup until the loop detector resets its
+    context: three calls are made, and the history holds only the last one when it resets."""
+
+    tools = [lookup_order]
+    max_history = 2
+    loop_policy = tether.LoopPolicy(repeat=3, on_repeat="reset")
+    model = ScriptedModel(
+        [
+            tether.ToolCall(tool="lookup_order", args={"order_id": "43"}),
+            *[tether.ToolCall(tool="lookup_order", args={"order_id": "42"})] * 3,
+            tether.FinalAnswer(text="order 42 is delivered"),
+        ]
+    )

@@ -124,6 +124,22 @@ async def test_a_loop_follows_the_session_loop_policy(tmp_path: Path) -> None:
     assert len(sa.LOG) == 2
 
 
+async def test_a_context_reset_summary_counts_every_call_of_the_task_not_only_the_kept_ones(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        s = await rt.spawn(sa.ForgetfulLoopingAgent, "s1", goal="Check orders")
+        answer = await s.ask(tether.UserMessage("check order 42"), timeout=10)
+        state: SessionState = rt.cells["s1"].state
+    assert answer == "order 42 is delivered"
+    assert len(sa.LOG) == 3  # the fourth call was the repeat: not made
+    assert state.summary.startswith("The context was reset because the session repeated itself")
+    # The bound kept one call of the three; the summary tells the model about all three.
+    assert sum(isinstance(e, ToolCallRecord) for e in state.history) <= 1
+    assert state.summary.endswith("Tool calls so far: 3 (lookup_order).")
+    assert (state.task_calls, state.task_tools) == (3, ("lookup_order",))
+
+
 async def test_a_cancel_stops_the_running_task_between_steps(tmp_path: Path) -> None:
     async with runtime(tmp_path) as rt:
         s = await rt.spawn(SlowAgent, "s1", goal="Look orders up")

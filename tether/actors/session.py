@@ -172,6 +172,11 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
     belief: str = ""
     frontier: str = ""
     corrections: int = 0  # invalid tool calls in a row
+    # The current task's tool calls and the tools they used (first use first): counted, not
+    # read off the history, which the bound and a context reset trim. Defaulted, so an older
+    # snapshot still decodes (a task under way then counts from there).
+    task_calls: int = 0
+    task_tools: tuple[str, ...] = ()
     last_answer: str = ""
     outcome: str = ""
 
@@ -262,6 +267,8 @@ class AgentSession(Actor[SessionState]):
                     reply_to=(reply_to,) if reply_to else (),
                     steps=0,
                     corrections=0,
+                    task_calls=0,
+                    task_tools=(),
                     outcome="",
                     **self._keep(state, ChatMessage(role="user", text=text)),
                 )
@@ -292,9 +299,12 @@ class AgentSession(Actor[SessionState]):
                     frontier="answer the user",
                 )
             case ToolResult(record=record, invalid=invalid):
+                tools = state.task_tools
                 return rep(
                     state,
                     corrections=state.corrections + 1 if invalid else 0,
+                    task_calls=state.task_calls + 1,
+                    task_tools=tools if record.tool in tools else (*tools, record.tool),
                     **self._keep(state, record),
                 )
             case ContextReset(summary=summary):
@@ -470,11 +480,11 @@ class AgentSession(Actor[SessionState]):
         return f"{note} Belief: {s.belief}" if s.belief else note
 
     def _reset_summary(self, detail: str) -> str:
-        calls = [r for r in self.state.history if isinstance(r, ToolCallRecord)]
-        names = ", ".join(dict.fromkeys(r.tool for r in calls)) or "none"
+        s = self.state
+        names = ", ".join(s.task_tools) or "none"
         return (
             f"The context was reset because the session repeated itself: {detail} "
-            f"Task: {self.state.task_text} Tool calls so far: {len(calls)} ({names})."
+            f"Task: {s.task_text} Tool calls so far: {s.task_calls} ({names})."
         )
 
     # -- approvals -----------------------------------------------------------------------------
