@@ -205,7 +205,7 @@ async def test_an_oversize_message_sent_from_a_handler_fails_that_step_only(
 # -- bad send options --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("delay", [-1, math.nan, -math.inf])
+@pytest.mark.parametrize("delay", [-1, math.nan, -math.inf, math.inf, "5", True])
 async def test_a_bad_delay_is_refused_by_name(delay: float) -> None:
     async with fast(":memory:") as rt:
         ledger = await rt.spawn(b.Ledger, "l")
@@ -357,9 +357,17 @@ def test_bad_runtime_settings_name_the_setting(option: str, value: object) -> No
         tether.Runtime(":memory:", **{option: value})  # type: ignore[arg-type]
 
 
-def test_a_bad_durability_names_the_setting(tmp_path: Path) -> None:
-    with pytest.raises(tether.StoreError, match="durability"):
-        tether.Runtime(tmp_path / "a.db", durability="sometimes")  # type: ignore[arg-type]
+@pytest.mark.parametrize("path", ["a.db", ":memory:"])
+def test_a_bad_durability_names_the_setting(tmp_path: Path, path: str) -> None:
+    where = path if path == ":memory:" else tmp_path / path
+    with pytest.raises(tether.ConfigError, match="durability must be 'full' or 'normal'"):
+        tether.Runtime(where, durability="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_durability_beside_a_store_of_its_own_is_refused_not_ignored(tmp_path: Path) -> None:
+    store = tether.SqliteStore(tmp_path / "a.db")
+    with pytest.raises(tether.ConfigError, match="give it to the store"):
+        tether.Runtime(store=store, durability="normal")
 
 
 @pytest.mark.parametrize(

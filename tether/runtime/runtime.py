@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import os
 import secrets
 import socket
@@ -122,6 +123,14 @@ class Runtime:
         _positive("max_message_bytes", max_message_bytes, integer=True)
         if passivate_after is not None:
             _positive("passivate_after", passivate_after)
+        if durability not in ("full", "normal"):
+            raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
+        if store is not None and durability != "full":
+            # Never silently ignored: the store was opened with a durability of its own.
+            raise ConfigError(
+                "durability= applies to the store the Runtime opens; with store=, give it to "
+                "the store (tether.SqliteStore(path, durability=...))"
+            )
         if store is None:
             path_str = os.fspath(path)
             store = (
@@ -437,8 +446,8 @@ class Runtime:
         """The message to store, once every check a send makes has passed (``spec``: the
         receiver's, active)."""
         _check_type(actor_id, spec, msg)
-        if delay is not None and not (delay >= 0):
-            raise ConfigError(f"delay must be a number of seconds >= 0, not {delay!r}")
+        if delay is not None and not (type(delay) in (float, int) and 0 <= delay < math.inf):
+            _check_delay(delay)  # the usual case is checked above, cheaply
         if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key):
             raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
         try:
@@ -1041,6 +1050,13 @@ class Runtime:
 def _check_type(actor_id: str, spec: ActorSpec, msg: Message) -> None:
     if type(msg) not in spec.message_types:
         raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
+
+
+def _check_delay(delay: object) -> None:
+    """Raise ``ConfigError`` unless ``delay`` is a finite number of seconds >= 0 (infinity
+    would store a message that is never delivered)."""
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not (0 <= delay < math.inf):
+        raise ConfigError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
 
 
 def _due_now(new: NewMessage, clock: Callable[[], float]) -> bool:
