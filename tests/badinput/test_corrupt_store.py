@@ -283,24 +283,32 @@ async def test_garbage_in_a_quarantined_effect_row_is_shown_not_raised(tmp_path:
     assert [c for c, _ in b.CALLS] == ["ship"]
 
 
-async def test_a_receipt_whose_result_does_not_decode_is_never_called_again(
+async def test_a_receipt_whose_result_does_not_decode_is_held_for_a_person_never_called_again(
     tmp_path: Path,
 ) -> None:
-    """A 'done' receipt with a garbage result: the replay fails with ToolFailed naming the key,
-    the message ends in dead letters, and the tool is NOT called a second time (I4)."""
+    """A 'done' receipt with a garbage result: the call happened, so the replay neither calls
+    the tool again (I4) nor burns the message's attempts failing on the same row. The effect is
+    quarantined again, naming why; the actor serves others; a person's result finishes it."""
     db = tmp_path / "a.db"
     key = await quarantined_ship(db)
     sql(db, "UPDATE effects SET status = 'done', result = x'c1' WHERE key = ?", key)
     sql(db, "UPDATE mailbox SET deliver_at = created_at")  # unpark it
     async with fast(db, max_attempts=2) as rt:
         with anyio.fail_after(10):
-            while not await rt.dead_letters.list():
+            while not (held := await rt.quarantine.list()):
                 await anyio.sleep(0.05)
-        [letter] = await rt.dead_letters.list()
-        assert "tool 'ship'" in letter.errors[-1]
-        assert "does not decode" in letter.errors[-1]
+        [q] = held
+        assert q.key == key
+        assert q.reason.startswith("its recorded result does not decode as str")
         await rt.ref("good").tell(b.Add(amount=1))
         await balance_is(rt, "good", [1])
+        await rt.quarantine.mark_done(key, "shipped o1 (carrier confirmed)", by="ops")
+        with anyio.fail_after(5):
+            while await rt.ref("shop").ask(b.Log(), timeout=5) != [
+                "shipped o1 (carrier confirmed)"
+            ]:
+                await anyio.sleep(0.05)
+        assert await rt.dead_letters.list() == []
     assert [("ship", key)] == b.CALLS
 
 

@@ -317,6 +317,34 @@ async def test_a_replayed_step_asking_for_a_different_input_is_refused_and_quara
     assert [n for n, _ in fx.CALLS] == ["send_email"]
 
 
+async def test_a_result_marked_done_that_does_not_fit_the_tool_is_held_again_not_dead_lettered(
+    tmp_path: Path,
+) -> None:
+    """``tether quarantine resolve --done --result`` runs where the tool's return type is not
+    known: a result of the wrong shape reaches the ledger. The replay holds the effect for a
+    person again, saying why, instead of failing the step until its message is dead-lettered."""
+    fx.SCRIPT["send_email"] = [HANG]
+    async with runtime(tmp_path) as rt:
+        a = await rt.spawn(Agent, "a1")
+        await a.tell(Do(effects=["email"]))
+        [held] = await eventually(rt.quarantine.list)
+        await rt.quarantine.mark_done(held.key, {"sent": True}, by="ops")  # send_email -> str
+
+        async def held_again() -> list[Any]:
+            return [q for q in await rt.quarantine.list() if "does not decode" in q.reason]
+
+        [again] = await eventually(held_again)
+        assert again.key == held.key
+        assert again.reason.startswith("its recorded result does not decode as str: Expected `str`")
+        assert again.history[-2:] == ["marked done by ops", f"held: {again.reason}"]
+        assert await rt.dead_letters.list() == []
+        assert await a.ask(Ping(), timeout=5) == "pong"  # the actor serves other messages
+        await rt.quarantine.mark_done(held.key, "sent (checked by hand)", by="ops")
+        await eventually(lambda: _results(rt, "a1"))
+        assert await _results(rt, "a1") == [["sent (checked by hand)"]]
+    assert [n for n, _ in fx.CALLS] == ["send_email"]  # never called again
+
+
 async def test_finished_receipts_are_purged_after_their_retention(tmp_path: Path) -> None:
     async with runtime(tmp_path) as rt:
         a = await rt.spawn(Agent, "a1")

@@ -183,7 +183,7 @@ class _Effect:
             return await self._call(self._record("pending", attempts=1), first=True)
         match recorded.status:
             case "done":
-                return self._replay(recorded)
+                return self._replay_done(recorded)
             case "failed":
                 self._mark_replayed(recorded)
                 raise ToolFailed(
@@ -467,17 +467,21 @@ class _Effect:
 
     # -- outcomes ----------------------------------------------------------------------------
 
-    def _replay(self, rec: EffectRecord) -> Any:
-        self._mark_replayed(rec)
+    def _replay_done(self, rec: EffectRecord) -> Any:
+        """The recorded result of a call that happened. One that does not decode as the tool's
+        result type (a result a person marked done from a process that could not check it, a
+        tool whose return type changed, a damaged row) is held for a person: the call did
+        happen, so neither calling again nor failing the step is the runtime's to decide, and
+        failing would only spend the message's attempts on the same row."""
         try:
-            return self.tool.decode_result(rec.result or b"\xc0")
+            value = self.tool.decode_result(rec.result or b"\xc0")
         except msgspec.DecodeError as exc:
-            raise ToolFailed(
-                self.tool.name,
-                self.key,
-                f"its recorded result does not decode as {self.tool.result_type!r}: {exc}",
-                rec.attempts,
-            ) from None
+            why = (
+                f"its recorded result does not decode as {_type_name(self.tool.result_type)}: {exc}"
+            )
+            self._suspend(why, msgspec.structs.replace(rec, history=[*rec.history, f"held: {why}"]))
+        self._mark_replayed(rec)
+        return value
 
     def _mark_replayed(self, rec: EffectRecord) -> None:
         self.replayed = True
@@ -652,3 +656,8 @@ class _Effect:
             self.log.error("effect_quarantined", reason=reason, attempt=rec.attempts)
         self.step.suspend(f"effect {self.key} ({self.tool.name}) is quarantined: {reason}", rec)
         raise StepSuspended(self.step.suspended or reason)
+
+
+def _type_name(t: Any) -> str:
+    """``str``, ``Receipt``, ``list[str]``: a result type as a person reads it."""
+    return t.__qualname__ if isinstance(t, type) else repr(t)
