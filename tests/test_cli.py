@@ -524,6 +524,56 @@ def test_resolving_needs_exactly_one_way_and_a_known_key(
     assert_one_line_error(err, "effect 'nope'", "no quarantined effect")
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("--result", "NaN", "NaN is not a JSON value"),
+        ("--result", "[1, -Infinity]", "-Infinity is not a JSON value"),
+        ("--result", "1e400", "the number 1e400 is too large"),
+        ("--result", "9" * 5000, "4300 digits"),
+        ("--args", '{"to": "acme", "cents": Infinity}', "Infinity is not a JSON value"),
+    ],
+)
+def test_json_options_refuse_nan_infinity_and_unreadable_numbers_as_usage_errors(
+    db: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, problem: str
+) -> None:
+    # Python's json reads these; none is JSON, and stored they reach the agent as values no
+    # JSON consumer reads back (or, for 5000 digits, failed with a traceback).
+    before = dump(db)
+    if option == "--result":
+        key = one_quarantined_key(capsys, db)
+        argv = ["quarantine", "resolve", key, "--done", "--result", value, "--by", "ops"]
+    else:
+        argv = ["approvals", "modify", one_request_id(capsys, db), "--by", "c", "--args", value]
+    code, out, err = cli(capsys, "--db", db, *argv)
+    assert (code, out) == (2, "")
+    assert_one_line_error(err, f"{option} is not valid JSON", problem)
+    assert dump(db) == before
+
+
+def test_a_number_beyond_64_bits_is_refused_naming_it_and_nothing_is_stored(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = dump(db)
+    key = one_quarantined_key(capsys, db)
+    code, _, err = cli(
+        capsys,
+        *("--db", db, "quarantine", "resolve", key),
+        *("--done", "--result", str(10**30), "--by", "ops"),
+    )
+    assert code == 1
+    assert_one_line_error(err, f"result for effect {key} cannot be recorded", "ints")
+    request_id = one_request_id(capsys, db)
+    code, _, err = cli(
+        capsys,
+        *("--db", db, "approvals", "modify", request_id, "--by", "c"),
+        *("--args", json.dumps({"to": "acme", "cents": 10**30})),
+    )
+    assert code == 1
+    assert_one_line_error(err, "tool 'wire': invalid arguments", "cannot be stored")
+    assert dump(db) == before
+
+
 # -- dead letters -------------------------------------------------------------------------------
 
 
@@ -582,6 +632,21 @@ def test_the_store_defaults_to_tether_db_env_then_tether_db(
     assert not (tmp_path / "tether.db").exists()
     monkeypatch.setenv("TETHER_DB", str(db))
     assert {"a1", "b1", "acct"} <= {r["id"] for r in cli_json(capsys, "actors")}
+
+
+@pytest.mark.parametrize("class_path", ["", ".relative:Actor"])
+def test_an_actor_with_a_malformed_class_path_is_still_listed_in_sessions_and_the_tree(
+    db: Path, capsys: pytest.CaptureFixture[str], class_path: str
+) -> None:
+    # importlib raises ValueError / TypeError for these, not ImportError: they were tracebacks
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE actors SET class_path = ? WHERE actor_id = 'acct'", (class_path,))
+    con.close()
+    sessions = cli_json(capsys, "--db", db, "sessions")
+    assert "acct" in [s["id"] for s in sessions]
+    code, out, err = cli(capsys, "--db", db, "tree")
+    assert (code, err) == (0, "")
+    assert "acct" in out
 
 
 @pytest.mark.parametrize(

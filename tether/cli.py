@@ -337,10 +337,28 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _json_arg(text: str, option: str) -> Any:
+    # Python's json accepts NaN, Infinity and numbers too large for a float (read as inf):
+    # none of them is JSON, and stored as a tool's arguments or result they reach the agent
+    # as values no JSON consumer can read back. Refuse them here, before anything is stored.
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+    except ValueError as exc:  # JSONDecodeError, _NotJson, an int of over 4300 digits
         raise CliError(f"{option} is not valid JSON: {exc}", EXIT_USAGE) from None
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _not_json(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotJson(f"the number {text} is too large")
+    return value
 
 
 def _json_kind(value: Any) -> str:

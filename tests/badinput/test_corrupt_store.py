@@ -238,6 +238,25 @@ async def test_an_actor_whose_class_no_longer_imports_keeps_its_mail_until_repai
         await balance_is(rt, "bad", [1, 3])
 
 
+@pytest.mark.parametrize("class_path", ["", ".relative:Ledger"])
+async def test_a_malformed_class_path_is_a_config_error_and_the_scheduler_goes_on(
+    tmp_path: Path, logs: list[dict[str, Any]], class_path: str
+) -> None:
+    # importlib raises ValueError / TypeError for these (not ImportError): they escaped the
+    # ConfigError handling and failed the scheduler over and over
+    db = tmp_path / "a.db"
+    await two_ledgers(db)
+    sql(db, "UPDATE actors SET class_path = ? WHERE actor_id = 'bad'", class_path)
+    async with fast(db) as rt:
+        with pytest.raises(tether.ConfigError, match="cannot import actor class"):
+            await rt.ref("bad").tell(b.Add(amount=4))
+        await anyio.sleep(0.3)  # the delayed message came due: it waits, unprocessed
+        await rt.ref("good").tell(b.Add(amount=5))
+        await balance_is(rt, "good", [2, 5])
+    assert not [e for e in logs if e.get("event") == "background_task_failed"]
+    assert sql(db, "SELECT COUNT(*) FROM mailbox WHERE actor_id = 'bad'") == [(1,)]
+
+
 def await_nothing_dead(db: Path) -> bool:
     return sql(db, "SELECT COUNT(*) FROM dead_letters") == [(0,)]
 

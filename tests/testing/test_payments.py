@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -146,6 +147,29 @@ def test_bad_fault_plan_is_a_400(service: PaymentsService) -> None:
     with pytest.raises(PaymentsError) as info:
         service.set_faults(status=200)
     assert info.value.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [{"fail_calls": [0]}, {"hang_calls": [-1]}, {"delay_calls": {0: 1.0}}],
+)
+def test_a_fault_plan_for_call_number_zero_or_less_is_a_400_naming_it(
+    service: PaymentsService, plan: dict[str, Any]
+) -> None:
+    # calls are numbered from 1: such a plan was accepted and never fired
+    with pytest.raises(PaymentsError, match=">= 1") as info:
+        service.set_faults(**plan)
+    assert info.value.status_code == 400
+
+
+@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf")])
+def test_a_bad_delay_is_refused_before_the_service_starts(tmp_path: Path, delay: float) -> None:
+    with pytest.raises(ValueError, match="delay must be a finite number of seconds"):
+        PaymentsService.start(tmp_path / "p.db", delay=delay)
+    assert not (tmp_path / "p.db").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        payments.main(["serve", "--db", str(tmp_path / "p.db"), "--delay", str(delay)])
+    assert exit_info.value.code == 2
 
 
 def test_clear_error_when_the_child_dies(tmp_path: Path) -> None:

@@ -240,7 +240,10 @@ def import_object(path: str, what: str = "object") -> Any:
         obj: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    # ValueError ("Empty module name") and TypeError (a relative name such as ".x") come from
+    # importlib for a malformed path, e.g. a damaged class_path row: a ConfigError like any
+    # other path that does not import, so callers that skip such an actor keep going.
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
         raise ConfigError(f"cannot import {what} {path!r}: {exc}") from exc
     return obj
 

@@ -188,9 +188,15 @@ class Tool:
         except msgspec.ValidationError as exc:
             raise ToolInputError(self.name, str(exc)) from None
         builtins = msgspec.to_builtins(validated)
+        try:
+            args_blob = _msgpack.encode(builtins)
+        except OverflowError as exc:
+            # An int the schema accepts but msgpack cannot hold (beyond 64 bits), e.g. from a
+            # model's JSON: bad arguments like any other, not an error of the step.
+            raise ToolInputError(self.name, f"arguments cannot be stored: {exc}") from None
         return PreparedCall(
             kwargs=msgspec.structs.asdict(validated),  # every field, by name, unconverted
-            args_blob=_msgpack.encode(builtins),
+            args_blob=args_blob,
             input_hash=hashlib.sha256(_canonical_json.encode(builtins)).hexdigest(),
         )
 

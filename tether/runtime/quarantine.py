@@ -66,7 +66,8 @@ class Quarantine:
             )
         try:
             blob = msgspec.msgpack.encode(result)
-        except (TypeError, msgspec.EncodeError) as exc:
+        # OverflowError: an int beyond 64 bits, which msgpack cannot hold
+        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
             raise ConfigError(f"result for effect {key} cannot be recorded: {exc}") from exc
         await self._resolve(
             rec, status="done", result=blob, note=f"marked done by {by}", reason=rec.reason

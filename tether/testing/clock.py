@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
+
+from tether.errors import ConfigError
 
 
 class FakeClock:
@@ -37,6 +40,14 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every sleeper whose deadline has passed."""
+        # Backwards (or NaN, which compares false with every deadline) would stop every
+        # sleeper from ever waking: refuse it by name.
+        if not (
+            isinstance(seconds, int | float)
+            and not isinstance(seconds, bool)
+            and 0 <= seconds < math.inf
+        ):
+            raise ConfigError(f"advance takes a finite number of seconds >= 0, not {seconds!r}")
         self._now += seconds
         while self._sleepers and self._sleepers[0][0] <= self._now:
             _, _, fut = heapq.heappop(self._sleepers)

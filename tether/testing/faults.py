@@ -32,13 +32,23 @@ class FaultInjector:
         self._counts: dict[str, int] = {}
         self._plans: dict[str, dict[int, tuple[str, Any]]] = {}
 
-    def fail(self, tool: Tool, *, calls: Iterable[int], error: BaseException) -> FaultInjector:
+    def fail(
+        self, tool: Tool, *, calls: Iterable[int], error: BaseException | type[BaseException]
+    ) -> FaultInjector:
         """Raise ``error`` instead of calling the tool on these call numbers."""
+        # checked now: a non-exception would only fail at the planned call, as a TypeError
+        if not (
+            isinstance(error, BaseException)
+            or (isinstance(error, type) and issubclass(error, BaseException))
+        ):
+            raise ConfigError(f"error must be an exception to raise, not {error!r}")
         return self._plan(tool, calls, ("fail", error))
 
     def delay(self, tool: Tool, *, calls: Iterable[int], seconds: float) -> FaultInjector:
         """Wait ``seconds`` before calling the tool on these call numbers."""
-        if not seconds >= 0:
+        if not (
+            isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0
+        ):
             raise ConfigError(f"delay must be >= 0 seconds, not {seconds!r}")
         return self._plan(tool, calls, ("delay", seconds))
 
@@ -71,9 +81,17 @@ class FaultInjector:
     def _plan(self, tool: Tool, calls: Iterable[int], fault: tuple[str, Any]) -> FaultInjector:
         if not isinstance(tool, Tool):
             raise ConfigError(f"faults apply to tools declared with @tether.tool, not {tool!r}")
-        plan = self._plans.setdefault(tool.name, {})
-        for n in calls:
-            if not (isinstance(n, int) and n >= 1):
+        if isinstance(calls, int | str | bytes):  # one number, or digits: not a list of calls
+            raise ConfigError(f"calls must be a list of call numbers, not {calls!r}")
+        try:
+            numbers = list(calls)
+        except TypeError:
+            raise ConfigError(f"calls must be a list of call numbers, not {calls!r}") from None
+        # every number is checked before any is planned: a bad one leaves the plan as it was
+        for n in numbers:
+            if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
                 raise ConfigError(f"call numbers start at 1, got {n!r}")
+        plan = self._plans.setdefault(tool.name, {})
+        for n in numbers:
             plan[n] = fault
         return self

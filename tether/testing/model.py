@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, cast
 
 from tether.actors.model import Decision, FinalAnswer, ModelRequest, ToolCall
 from tether.errors import ConfigError
@@ -33,8 +33,10 @@ class ScriptedModel:
         if callable(script):
             self._fn: Callable[[ModelRequest], Any] | None = script
             self._lines: tuple[Decision, ...] = ()
-        else:
-            lines = tuple(script)
+        elif isinstance(given := cast(Any, script), Iterable) and not isinstance(
+            given, str | bytes
+        ):
+            lines = tuple(given)
             for line in lines:
                 if not isinstance(line, ToolCall | FinalAnswer):
                     raise ConfigError(
@@ -42,6 +44,10 @@ class ScriptedModel:
                     )
             self._fn = None
             self._lines = lines
+        else:  # None, a number, a string: named here, not a TypeError from tuple()
+            raise ConfigError(
+                f"a script is a list of decisions or a function of the request, not {script!r}"
+            )
         self.calls = 0
         # the latest requests, for tests to look at (bounded: a long session asks many times)
         self.requests: deque[ModelRequest] = deque(maxlen=100)

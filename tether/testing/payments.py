@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import signal
 import sqlite3
 import subprocess
@@ -133,13 +134,17 @@ class _RefundRequest(msgspec.Struct, forbid_unknown_fields=True):
     idempotency_key: str | None = None
 
 
+# Calls are numbered from 1: a plan for call 0 or -1 would never fire, so it is a 400.
+_CallNumber = Annotated[int, msgspec.Meta(ge=1)]
+
+
 class _Faults(msgspec.Struct, forbid_unknown_fields=True):
-    fail_calls: list[int] = []
+    fail_calls: list[_CallNumber] = []
     status: Annotated[int, msgspec.Meta(ge=400, le=599)] = 503
-    delay_calls: dict[int, Annotated[float, msgspec.Meta(ge=0)]] = {}
-    delay_before_calls: dict[int, Annotated[float, msgspec.Meta(ge=0)]] = {}
-    hang_calls: list[int] = []
-    hang_before_calls: list[int] = []
+    delay_calls: dict[_CallNumber, Annotated[float, msgspec.Meta(ge=0)]] = {}
+    delay_before_calls: dict[_CallNumber, Annotated[float, msgspec.Meta(ge=0)]] = {}
+    hang_calls: list[_CallNumber] = []
+    hang_before_calls: list[_CallNumber] = []
 
 
 class _HttpError(Exception):
@@ -376,6 +381,27 @@ def _serve(db: str, port: int, *, honor_keys: bool, delay: float) -> None:
         ledger.close()
 
 
+def _delay_problem(delay: object) -> str | None:
+    """Why ``delay`` is no delay in seconds, or None. A negative or NaN delay would be skipped
+    silently and an infinite one fails every call after recording it (Event.wait overflows)."""
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        return f"delay must be a number of seconds, not {delay!r}"
+    if not 0 <= delay < math.inf:
+        return f"delay must be a finite number of seconds >= 0, not {delay!r}"
+    return None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    problem = _delay_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m tether.testing.payments serve --db PATH [...]``."""
     parser = argparse.ArgumentParser(
@@ -390,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     serve.add_argument(
         "--delay",
-        type=float,
+        type=_seconds,
         default=0.0,
         metavar="SECONDS",
         help="wait this long after recording each refund and before answering",
@@ -518,8 +544,11 @@ class PaymentsService:
         """Spawn ``python -m tether.testing.payments serve`` and wait for its listening line.
 
         Raises ``RuntimeError`` with the child's stderr if it exits or stays silent for
-        ``startup_timeout`` seconds.
+        ``startup_timeout`` seconds; ``ValueError`` for a negative, NaN or infinite ``delay``.
         """
+        problem = _delay_problem(delay)
+        if problem is not None:  # before spawning: the child would refuse it with exit 2
+            raise ValueError(problem)
         db = Path(db_path)
         logs = tempfile.TemporaryDirectory(prefix="tether-payments-")
         out_path = Path(logs.name) / "stdout"
