@@ -294,3 +294,40 @@ class Researcher(tether.Actor[LedgerState]):
     async def handle(self, msg: Find) -> int:
         found: int = await self.effect(find, x=msg.x)
         return found
+
+
+# -- numbers beyond 64 bits ----------------------------------------------------------------------
+
+
+class Sum(tether.Message):
+    amount: int
+
+
+class Total(tether.Message):
+    pass
+
+
+class Summed(tether.Event):
+    amount: int
+
+
+class SumState(msgspec.Struct):
+    total: int = 0
+
+
+class Summer(tether.Actor[SumState]):
+    """Its total may outgrow 64 bits (msgpack's ints) while every event still fits."""
+
+    initial_state = SumState()
+
+    def __init__(self, start: int = 0) -> None:
+        self.start = start
+
+    def apply(self, state: SumState, event: Summed) -> SumState:
+        return SumState(total=state.total + event.amount)
+
+    async def handle(self, msg: Sum | Total) -> str | None:
+        if isinstance(msg, Total):
+            return str(self.state.total)
+        self.persist(Summed(amount=msg.amount))
+        return None

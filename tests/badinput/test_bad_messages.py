@@ -213,6 +213,44 @@ async def test_a_bad_delay_is_refused_by_name(delay: float) -> None:
             await ledger.tell(b.Add(amount=1), delay=delay)
 
 
+async def test_a_number_beyond_64_bits_is_refused_where_it_is_sent_naming_it(
+    tmp_path: Path,
+) -> None:
+    """msgpack holds ints of 64 bits: a bigger one is bad input at the send, at the spawn and
+    in a reply, each named; nothing is stored."""
+    async with fast(tmp_path / "a.db", max_attempts=1) as rt:
+        ledger = await rt.spawn(b.Ledger, "l")
+        with pytest.raises(tether.MessageRejected, match="cannot be encoded"):
+            await ledger.tell(b.Add(amount=2**70))
+        with pytest.raises(tether.ConfigError, match="spawn arguments cannot be stored"):
+            await rt.spawn(b.Summer, "s2", start=2**70)
+        assert await rt.store.get_actor("s2") is None
+        assert await ledger.ask(b.Log(), timeout=5) == []
+        summer = await rt.spawn(b.Summer, "s")
+        await summer.tell(b.Sum(amount=2**63))
+        await summer.tell(b.Sum(amount=2**63))  # the total no longer fits, each event does
+        assert await summer.ask(b.Total(), timeout=5) == str(2**64)
+
+
+async def test_a_state_beyond_64_bits_skips_its_snapshot_and_the_actor_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Snapshots only save folding: a state that cannot be encoded commits its steps without
+    one (the actor used to fail on every such step) and recovery folds the journal."""
+    db = tmp_path / "a.db"
+    async with fast(db, max_attempts=1, snapshot_every=1) as rt:
+        summer = await rt.spawn(b.Summer, "s")
+        for _ in range(3):
+            await summer.tell(b.Sum(amount=2**63 - 1))
+        assert await summer.ask(b.Total(), timeout=5) == str(3 * (2**63 - 1))
+        assert await rt.dead_letters.list() == []
+        snapshot = await rt.store.load_snapshot("s")
+        assert snapshot is not None
+        assert snapshot.seq == 2  # the last one that fit
+    async with fast(db, snapshot_every=1) as rt:
+        assert await rt.ref("s").ask(b.Total(), timeout=5) == str(3 * (2**63 - 1))
+
+
 @pytest.mark.parametrize("key", ["", 7, b"k"])
 async def test_a_bad_dedup_key_is_refused_by_name(key: Any) -> None:
     async with fast(":memory:") as rt:

@@ -759,7 +759,7 @@ class Cell:
         snapshot = None
         every = rt.snapshot_every
         if events and new_seq // every > self.seq // every:
-            snapshot = Snapshot(new_seq, rt.encode(self._state))
+            snapshot = self._snapshot(new_seq)
         nxt = self.buffer[1] if len(self.buffer) > 1 else None
         claim_next = (
             nxt.msg_id
@@ -818,6 +818,18 @@ class Cell:
             rt.actor_stopped_itself(self, step.stop_reason)
         elif step.escalate is not None:
             await self._act_on(await rt.supervision.report(self, SupervisorFailed(step.escalate)))
+
+    def _snapshot(self, seq: int) -> Snapshot | None:
+        """The state at ``seq`` as a snapshot, or None if it cannot be encoded (an int beyond 64
+        bits, an object msgspec does not know): a snapshot only saves folding, so the step
+        commits without one and recovery folds the journal, instead of the actor failing."""
+        try:
+            return Snapshot(seq, self.runtime.encode(self._state))
+        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+            telemetry.log.warning(
+                "snapshot_skipped", actor_id=self._actor_id, seq=seq, error=repr(exc)
+            )
+            return None
 
     def _late_replies(self, step: Step) -> list[LateReply]:
         # Not a comprehension inside _deliver_current: the names it used would become closure

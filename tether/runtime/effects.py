@@ -567,7 +567,7 @@ class _Effect:
             blob = self.tool.encode_result(value)
             # What the step sees is what a replay will see: the recorded form of the result.
             result = self.tool.decode_result(blob)
-        except (TypeError, msgspec.EncodeError, msgspec.DecodeError) as exc:
+        except (TypeError, OverflowError, msgspec.EncodeError, msgspec.DecodeError) as exc:
             error = f"result {value!r} cannot be recorded as {self.tool.result_type!r}: {exc}"
             self._observe_result(None)
             await self._write(

@@ -452,7 +452,7 @@ class Runtime:
             raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
         try:
             payload = self.encode(msg)
-        except (TypeError, msgspec.EncodeError) as exc:
+        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
             raise MessageRejected(
                 actor_id,
                 f"{type(msg).__name__} that cannot be encoded ({exc})",
@@ -563,7 +563,7 @@ class Runtime:
     def encode_reply(self, spec: ActorSpec, value: Any) -> bytes:
         try:
             return self.encode(value)
-        except (TypeError, msgspec.EncodeError) as exc:
+        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
             raise TypeError(
                 f"{spec.cls.__qualname__}.handle returned a {type(value).__name__}, which cannot be "
                 f"stored as a reply: {exc}"
