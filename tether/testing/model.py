@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, cast
 
 from tether.actors.model import Decision, FinalAnswer, ModelRequest, ToolCall
 from tether.errors import ConfigError
@@ -33,6 +33,15 @@ class ScriptedModel:
         if callable(script):
             self._fn: Callable[[ModelRequest], Any] | None = script
             self._lines: tuple[Decision, ...] = ()
+        elif isinstance(given := cast(object, script), str | bytes) or not isinstance(
+            given, Iterable
+        ):
+            # a str would be taken apart into one-character lines; None or a number raised a
+            # bare TypeError
+            raise ConfigError(
+                "a script is a list of tether.ToolCall / tether.FinalAnswer or a function of "
+                f"the request, not {script!r}"
+            )
         else:
             lines = tuple(script)
             for line in lines:
