@@ -148,3 +148,9 @@ class ForgetfulLoopingAgent(tether.AgentSession):
             tether.FinalAnswer(text="order 42 is delivered"),
         ]
     )
+
+
+class ModelessAgent(tether.AgentSession):
+    """Sets no model (a base class might): spawning it must be refused."""
+
+    tools = [lookup_order]

@@ -301,3 +301,77 @@ def test_an_invalid_history_bound_is_refused_naming_the_setting(limit: object) -
         class Forgetful(tether.AgentSession):
             model = ScriptedModel([])
             max_history = limit  # type: ignore[assignment]
+
+
+# -- bad settings and bad input ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("context_budget", -1),
+        ("context_budget", "8000"),
+        ("max_steps", 0),
+        ("max_steps", 2.5),
+        ("max_steps", True),
+        ("escalate_after_failures", 0),
+        ("escalate_after_failures", "3"),
+        ("count_tokens", 5),
+        ("loop_policy", "strict"),
+        ("approval_policy", 3600),
+        ("model", "gpt-4o"),
+        ("tools", None),
+        ("tools", "lookup_order"),
+    ],
+)
+def test_a_bad_session_setting_is_refused_when_the_class_is_defined(
+    setting: str, value: object
+) -> None:
+    attrs: dict[str, Any] = {"model": ScriptedModel([]), setting: value}
+    with pytest.raises(tether.ConfigError, match=rf"Careless\.{setting} must be"):
+        type("Careless", (tether.AgentSession,), attrs)
+
+
+@pytest.mark.parametrize(
+    ("cls", "init", "problem"),
+    [
+        (RefundAgent, {"goal": ""}, "needs a goal"),
+        (RefundAgent, {"goal": "   "}, "needs a goal"),
+        (sa.ModelessAgent, {"goal": "Check orders"}, r"ModelessAgent\.model must be"),
+    ],
+)
+async def test_a_session_its_constructor_refuses_is_refused_at_spawn_and_nothing_is_stored(
+    tmp_path: Path, cls: type[tether.AgentSession], init: dict[str, Any], problem: str
+) -> None:
+    async with runtime(tmp_path) as rt:
+        with pytest.raises(tether.ConfigError, match=rf"cannot spawn 's1': .*{problem}"):
+            await rt.spawn(cls, "s1", **init)
+        with pytest.raises(tether.ActorNotFound):
+            await rt.lookup("s1")
+    with sqlite3.connect(tmp_path / "agents.db") as con:
+        assert con.execute("SELECT count(*) FROM actors").fetchone() == (0,)
+
+
+async def test_a_task_too_long_for_the_budget_ends_saying_why_and_the_session_serves_on(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        s = await rt.spawn(RefundAgent, "s1", goal="Refund delivered orders")
+        answer = await s.ask(tether.UserMessage("refund " * 20_000 + "42"), timeout=10)
+        info = await s.ask(GetSessionInfo(), timeout=5)
+        assert answer.startswith("I could not continue: the pinned fragments")
+        assert "over the budget of 8000" in answer
+        assert info.status == "idle"
+        assert info.outcome.startswith("stopped: the pinned fragments")
+        assert await rt.dead_letters.list() == []
+        assert sa.LOG == []
+        # The next task runs as usual.
+        assert await s.ask(tether.UserMessage("refund order 42"), timeout=10) == (
+            "Done: refunded 1500 on 42."
+        )
+
+
+@pytest.mark.parametrize("script", [None, 5, "FinalAnswer"])
+def test_a_script_that_is_not_a_list_or_a_function_is_refused(script: Any) -> None:
+    with pytest.raises(tether.ConfigError, match="a script is a list"):
+        ScriptedModel(script)

@@ -102,3 +102,52 @@ def test_tool_specs_are_object_schemas() -> None:
     )
     [spec] = tools(request)
     assert spec["function"]["parameters"]["type"] == "object"
+
+
+def test_arguments_sent_already_decoded_are_used_and_others_go_back_to_the_model() -> None:
+    as_object = decision(answer(None, ("lookup", {"order_id": "7"})))  # type: ignore[arg-type]
+    assert as_object == tether.ToolCall(tool="lookup", args={"order_id": "7"})
+    as_number = decision(answer(None, ("lookup", 7)))  # type: ignore[arg-type]
+    assert isinstance(as_number, tether.ToolCall)
+    assert as_number.args == {"(unparsable arguments)": "7"}
+
+
+@pytest.mark.parametrize(
+    ("response", "problem"),
+    [
+        (answer(None), "neither text nor a tool call"),
+        (answer(""), "neither text nor a tool call"),
+        (SimpleNamespace(choices=[SimpleNamespace(message=None)]), "neither text nor a tool"),
+        (answer(None, (None, "{}")), "names no tool"),  # type: ignore[arg-type]
+        (
+            SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(tool_calls=[{}]))]),
+            "no function name and arguments",
+        ),
+        (
+            SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(tool_calls=5))]),
+            "no function name and arguments",
+        ),
+    ],
+)
+def test_a_malformed_answer_is_a_value_error_naming_the_problem(
+    response: Any, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        decision(response)
+
+
+EMPTY = client([answer(None)])
+
+
+class Mute(tether.AgentSession):
+    tools = (lookup,)
+    model = OpenAIChatModel(EMPTY, model="test-model")
+
+
+async def test_an_empty_answer_stops_the_task_instead_of_finishing_it(tmp_path: Path) -> None:
+    async with tether.Runtime(tmp_path / "agents.db") as rt:
+        s = await rt.spawn(Mute, "s1", goal="Answer questions about orders")
+        text = await s.ask(tether.UserMessage("where is order 42?"), timeout=10)
+        info = await s.ask(tether.GetSessionInfo(), timeout=5)
+    assert "neither text nor a tool call" in text
+    assert info.outcome.startswith("stopped: the model failed")

@@ -320,3 +320,52 @@ async def test_the_sessions_gate_journals_each_held_call_and_how_it_was_settled(
 
         state = await rt.ref("b1/gate").ask(GetGateState(), timeout=5)
     assert state == {"session": "b1", "pending": (), "requested": 2, "approved": 1, "rejected": 1}
+
+
+async def test_a_decision_needs_a_request_id_a_named_person_and_a_reason_in_text(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        b = await rt.spawn(QuorumBanker, "b1")
+        await b.tell(Wire(to="acme", cents=5))
+        request = await one_pending(rt)
+        rid = request.request_id
+        # None is not "any request": it used to decide the oldest pending one.
+        for missing in (None, ""):
+            with pytest.raises(tether.ApprovalNotFound):
+                await rt.approvals.decide(missing, tether.Approve(by="ann"))  # type: ignore[arg-type]
+            with pytest.raises(tether.ApprovalNotFound):
+                await rt.approvals.get(missing)  # type: ignore[arg-type]
+        # A blank name used to count as one more approver towards the quorum.
+        with pytest.raises(tether.ConfigError, match="who made it"):
+            await rt.approvals.decide(rid, tether.Approve(by="  "))
+        # A reason that is not text used to be stored, and the record no longer decoded.
+        for reason in (5, "   "):
+            with pytest.raises(tether.ConfigError, match="needs a reason"):
+                await rt.approvals.decide(rid, tether.Reject(by="ann", reason=reason))  # type: ignore[arg-type]
+        for args in (None, "to=acme", [("to", "acme"), ("cents", 1)]):
+            with pytest.raises(tether.ToolInputError, match=r"Modify\.args must be a dict"):
+                await rt.approvals.decide(rid, tether.Modify(by="ann", args=args))  # type: ignore[arg-type]
+        after = await rt.approvals.get(rid)
+        assert after.status == "pending"
+        assert after.decisions == []
+        await rt.approvals.decide(rid, tether.Approve(by="ann"))
+        assert (await rt.approvals.get(rid)).status == "pending"  # the quorum is two people
+        await rt.approvals.decide(rid, tether.Approve(by="bob"))
+        assert await outcomes(rt, "b1") == [["wired 5 to acme"]]
+
+
+async def test_a_handler_returning_arguments_that_are_not_a_dict_is_refused_and_the_runtime_serves_on(
+    tmp_path: Path,
+) -> None:
+    async def handler(request: tether.ApprovalRequest) -> tether.Modify:
+        return tether.Modify(by="bot", args=None)  # type: ignore[arg-type]
+
+    async with runtime(tmp_path) as rt:
+        rt.approvals.attach(handler)
+        b = await rt.spawn(Banker, "b1")
+        await b.tell(Wire(to="acme", cents=5))
+        request = await one_pending(rt)
+        await anyio.sleep(0.2)  # the handler has been offered the request
+        assert await b.ask(Ping(), timeout=5) == "pong"
+        assert (await rt.approvals.get(request.request_id)).status == "pending"

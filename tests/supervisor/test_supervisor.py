@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -419,3 +420,56 @@ async def test_backoff_starts_over_after_a_quiet_period() -> None:
         assert rt.cells["sup"].state.streak["b1"] == 1
         clock.advance(10)
         await b1.ask(a.Count(), timeout=5)
+
+
+class NotAnActor:
+    pass
+
+
+def bad(value: object) -> Any:
+    """A value of the wrong type, passed where the annotations forbid it."""
+    return value
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda: tether.ChildSpec(NotAnActor, "x"), "not a subclass of tether.Actor"),
+        (lambda: tether.ChildSpec(bad(a.Worker()), "x"), "not a subclass of tether.Actor"),
+        (lambda: tether.ChildSpec(a.Worker, ""), "child id must be a non-empty string"),
+        (lambda: tether.ChildSpec(a.Worker, bad(None)), "child id must be a non-empty string"),
+        (lambda: tether.ChildSpec(a.Worker, "x", decider=bad("restart")), "a decider is a"),
+        (
+            lambda: tether.ChildSpec(a.Worker, "x", decider=bad({ValueError: "reboot"})),
+            "maps ValueError to 'reboot'",
+        ),
+        (
+            lambda: tether.ChildSpec(a.Worker, "x", decider=bad({"ValueError": "stop"})),
+            "not an exception type",
+        ),
+        (
+            lambda: tether.OneForOne(backoff=bad("exponential")),
+            "backoff must be a tether.Backoff",
+        ),
+        (
+            lambda: type("S", (tether.Supervisor,), {"children": [a.Worker]}),
+            "wrap it in tether.ChildSpec",
+        ),
+        (
+            lambda: type("S", (tether.Supervisor,), {"children": None}),
+            "children must be a list",
+        ),
+        (
+            lambda: type("S", (tether.Supervisor,), {"decider": {KeyError: "ignore"}}),
+            r"S\.decider: decider maps KeyError to 'ignore'",
+        ),
+    ],
+)
+def test_a_bad_child_strategy_or_decider_is_refused_when_defined(
+    make: Callable[[], object], problem: str
+) -> None:
+    """Unchecked, these failed later: the supervisor could not start (a class that is not an
+    actor), or its fold or decision failed on a child's first failure (a bad backoff or
+    decider), leaving the failure undecided; some raised a bare AttributeError at once."""
+    with pytest.raises(tether.ConfigError, match=problem):
+        make()

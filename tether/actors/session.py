@@ -225,6 +225,12 @@ class AgentSession(Actor[SessionState]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         names: dict[str, Tool] = {}
+        tools: object = cls.tools
+        if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+            raise ConfigError(
+                f"{cls.__qualname__}.tools must be a list or tuple of @tether.tool functions, "
+                f"not {cls.tools!r}"
+            )
         for t in cls.tools:
             if not isinstance(t, Tool):
                 raise ConfigError(
@@ -241,6 +247,7 @@ class AgentSession(Actor[SessionState]):
                 f"{cls.__qualname__}.max_history must be an int >= 1 (the number of history "
                 f"entries a session keeps), not {limit!r}"
             )
+        _check_settings(cls)
 
     def __init__(self, goal: str, constraints: list[str] | None = None) -> None:
         if not isinstance(goal, str) or not goal.strip():
@@ -385,7 +392,15 @@ class AgentSession(Actor[SessionState]):
             return
         step = s.steps + 1
         self.persist(StepBegun(task=s.task, step=step, belief=s.belief, frontier="decide"))
-        bundle = self.context()
+        try:
+            bundle = self.context()
+        except ConfigError as exc:
+            # The pinned fragments (goal, constraints, the checkpoint with the task's text) do
+            # not fit the budget: every replay of this step would fail the same way, so the
+            # step's message was dead-lettered and the task stayed "working", its asker never
+            # answered. End the task, saying why; the session takes the next task.
+            self._end(f"stopped: {exc}", f"I could not continue: {exc}")
+            return
         request = ModelRequest(
             session_id=self.id,
             task=s.task,
@@ -496,6 +511,47 @@ class AgentSession(Actor[SessionState]):
             "belief": self.state.belief,
             "if_rejected": "the reason is given to the agent, which must find another way",
         }
+
+
+def _check_settings(cls: type[AgentSession]) -> None:
+    """Refuse a bad class setting when the class is defined. Unchecked, each one failed later
+    and far away: a bare TypeError on the first step (a str number, a count_tokens that is not
+    callable), a session that could never act (max_steps=0; escalate_after_failures=0 held even
+    the model's call for a person), or nothing until a call needed the policy."""
+    where = cls.__qualname__
+
+    def positive_int(name: str, value: object, *, optional: bool = False) -> None:
+        if optional and value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            none = " or None" if optional else ""
+            raise ConfigError(f"{where}.{name} must be an int >= 1{none}, not {value!r}")
+
+    positive_int("context_budget", cls.context_budget)
+    positive_int("max_steps", cls.max_steps)
+    positive_int("escalate_after_failures", cls.escalate_after_failures, optional=True)
+    if not callable(cls.count_tokens):
+        raise ConfigError(
+            f"{where}.count_tokens must be a function of a str, not {cls.count_tokens!r}"
+        )
+    if cls.loop_policy is not None and not isinstance(cls.loop_policy, LoopPolicy):
+        raise ConfigError(
+            f"{where}.loop_policy must be a tether.LoopPolicy or None, not {cls.loop_policy!r}"
+        )
+    from tether.runtime.approvals import ApprovalPolicy
+
+    approval = getattr(cls, "approval_policy", None)
+    if approval is not None and not isinstance(approval, ApprovalPolicy):
+        raise ConfigError(
+            f"{where}.approval_policy must be a tether.ApprovalPolicy or None, not {approval!r}"
+        )
+    # A class without a model may be a base for sessions that set one: spawning it is refused.
+    model = getattr(cls, "model", None)
+    if model is not None and not isinstance(model, Model):
+        raise ConfigError(
+            f"{where}.model must be a tether.Model (an object with async decide(request)), "
+            f"not {model!r}"
+        )
 
 
 def _model_tool(cls: type[AgentSession]) -> Tool:

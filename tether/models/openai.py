@@ -102,12 +102,31 @@ def decision(response: Any) -> Decision:
     calls = getattr(message, "tool_calls", None) or []
     text = getattr(message, "content", None) or ""
     if calls:
-        fn = calls[0].function
+        # A malformed call is named here: it used to surface as a bare TypeError or
+        # AttributeError from deep in this function.
         try:
-            args = json.loads(fn.arguments or "{}")
-        except json.JSONDecodeError:
-            args = {"(unparsable arguments)": fn.arguments}  # validation tells the model
+            fn = calls[0].function
+            name, raw = fn.name, fn.arguments
+        except (AttributeError, IndexError, KeyError, TypeError) as exc:
+            raise ValueError(
+                f"the model's tool call has no function name and arguments: {calls!r}"
+            ) from exc
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"the model's tool call names no tool: {fn!r}")
+        args: Any
+        if isinstance(raw, dict):
+            args = raw  # some gateways send the arguments already decoded
+        else:
+            try:
+                args = json.loads(raw or "{}")
+            except (json.JSONDecodeError, TypeError):
+                # validation tells the model
+                args = {"(unparsable arguments)": raw if isinstance(raw, str) else repr(raw)}
         if not isinstance(args, dict):
             args = {"(arguments are not an object)": args}
-        return ToolCall(tool=fn.name, args=args, thought=text)
+        return ToolCall(tool=name, args=args, thought=text)
+    if not text:
+        # No tool call and no text (a refusal, a length cut, a broken gateway): not an answer.
+        # It used to end the task as "finished" with an empty answer.
+        raise ValueError(f"the model's response has neither text nor a tool call: {message!r}")
     return FinalAnswer(text=text)

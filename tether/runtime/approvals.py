@@ -156,8 +156,12 @@ def decided(
 ) -> ApprovalRecord:
     """``record`` with ``decision`` applied: pure, so that it can be retried on a conflict."""
     if isinstance(decision, Reject):
-        if not decision.reason:
-            raise ConfigError("a rejection needs a reason: it goes back to the agent")
+        # A reason that is not text was stored and made the record undecodable; a blank one
+        # told the agent nothing.
+        if not (isinstance(decision.reason, str) and decision.reason.strip()):
+            raise ConfigError(
+                f"a rejection needs a reason (text): it goes back to the agent, not {decision.reason!r}"
+            )
         entry = ApprovalDecision(kind="reject", by=decision.by, at=now, reason=decision.reason)
         return msgspec.structs.replace(
             record,
@@ -171,6 +175,13 @@ def decided(
             raise ConfigError(
                 f"cannot validate modified arguments: tool {record.tool!r} "
                 f"({record.tool_path or 'no import path'}) cannot be imported here"
+            )
+        if not isinstance(decision.args, dict):
+            # dict(None) or dict("x") raised a bare TypeError or ValueError, which crashed the
+            # runtime when an attached handler returned it
+            raise ToolInputError(
+                record.tool,
+                f"Modify.args must be a dict of argument names to values, not {decision.args!r}",
             )
         call = tool.prepare(dict(decision.args))  # ToolInputError names the field
         entry = ApprovalDecision(kind="modify", by=decision.by, at=now, args=call.args_blob)
@@ -318,8 +329,9 @@ class Approvals:
             raise ConfigError(
                 f"a decision is tether.Approve, tether.Reject or tether.Modify, not {decision!r}"
             )
-        if not (isinstance(decision.by, str) and decision.by):
-            raise ConfigError("a decision must say who made it (by=...)")
+        if not (isinstance(decision.by, str) and decision.by.strip()):
+            # a blank name counted as one more distinct approver towards a quorum
+            raise ConfigError(f"a decision must say who made it (by=...), not {decision.by!r}")
         for _ in range(20):  # compare-and-swap against concurrent deciders
             record = await self._load(request_id)
             now = self._rt.clock()
@@ -373,6 +385,10 @@ class Approvals:
                 self._rt.wake_actor(new.actor_id)
 
     async def _load(self, request_id: str) -> ApprovalRecord:
+        if not isinstance(request_id, str) or not request_id:
+            # None is "no filter" to the store: it found every request, and decide() then
+            # decided the oldest one, of whichever session
+            raise ApprovalNotFound(request_id)
         rows = await self._rt.store.find_approvals(request_id=request_id)
         if not rows:
             raise ApprovalNotFound(request_id)

@@ -311,7 +311,18 @@ class Runtime:
     def _encode_init(self, spec: ActorSpec, actor_id: str, init: dict[str, Any]) -> bytes:
         """Spawn arguments as stored; checked now against what recovery will decode."""
         encoded = check_init(spec.cls, init, f"cannot spawn {actor_id!r}")
-        _decode_init(spec, encoded)
+        decoded = _decode_init(spec, encoded)
+        # Construct it once, as recovery will: a constructor that refuses these arguments (an
+        # agent session with an empty goal or no model) is refused now, before anything is
+        # stored. Otherwise the actor was stored, spawn returned, and every activation failed.
+        try:
+            spec.cls(**decoded)
+        except ConfigError as exc:
+            raise ConfigError(f"cannot spawn {actor_id!r}: {exc}") from exc
+        except Exception as exc:
+            raise ConfigError(
+                f"cannot spawn {actor_id!r}: {spec.cls.__qualname__}(...) raised {exc!r}"
+            ) from exc
         return encoded
 
     def ref(self, actor_id: str) -> ActorRef:

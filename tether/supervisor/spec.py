@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias
 
-from tether.actors.actor import check_init
+from tether.actors.actor import Actor, check_init
 from tether.errors import ConfigError
 
 RestartType: TypeAlias = Literal["permanent", "transient", "temporary"]
@@ -89,6 +89,9 @@ class Strategy(abc.ABC):
             raise ConfigError(f"max_restarts must be an integer >= 0, not {max_restarts!r}")
         if isinstance(within, bool) or not isinstance(within, int | float) or not within > 0:
             raise ConfigError(f"within must be a positive number of seconds, not {within!r}")
+        if backoff is not None and not isinstance(backoff, Backoff):
+            # unchecked, the supervisor's fold failed on the first restart (AttributeError)
+            raise ConfigError(f"backoff must be a tether.Backoff or None, not {backoff!r}")
         self.max_restarts = max_restarts
         self.within = float(within)
         self.backoff = backoff
@@ -154,6 +157,15 @@ class ChildSpec:
         decider: Decider | None = None,
         **init: Any,
     ) -> None:
+        # Checked here, not when the supervisor starts its children: then, spawn returned
+        # and the supervisor failed to start again and again.
+        if not isinstance(child_id, str) or not child_id:
+            raise ConfigError(f"a child id must be a non-empty string, not {child_id!r}")
+        if not (isinstance(actor_class, type) and issubclass(actor_class, Actor)):
+            raise ConfigError(
+                f"child {child_id!r}: {actor_class!r} is not a subclass of tether.Actor"
+            )
+        check_decider(decider, f"child {child_id!r}")
         if restart not in ("permanent", "transient", "temporary"):
             raise ConfigError(
                 f"child {child_id!r}: restart must be permanent, transient or temporary, not {restart!r}"
@@ -179,6 +191,27 @@ class ChildSpec:
 
     def __repr__(self) -> str:
         return f"ChildSpec({self.actor_class.__qualname__}, {self.child_id!r}, restart={self.restart!r})"
+
+
+def check_decider(decider: object, where: str) -> None:
+    """Refuse a decider that ``decide`` could not use: unchecked, it failed (a TypeError, or
+    a bad directive) in the supervisor's handler when a child first failed, leaving the
+    failure undecided."""
+    if decider is None or (callable(decider) and not isinstance(decider, Mapping)):
+        return
+    if not isinstance(decider, Mapping):
+        raise ConfigError(
+            f"{where}: a decider is a function of the exception or a mapping of exception "
+            f"types to directives, not {decider!r}"
+        )
+    for key, directive in decider.items():
+        if not (isinstance(key, type) and issubclass(key, BaseException)):
+            raise ConfigError(f"{where}: decider key {key!r} is not an exception type")
+        if directive not in _DIRECTIVES:
+            raise ConfigError(
+                f"{where}: decider maps {key.__name__} to {directive!r}; expected one of "
+                f"{', '.join(_DIRECTIVES)}"
+            )
 
 
 def decide(decider: Decider | None, exc: BaseException) -> Directive:

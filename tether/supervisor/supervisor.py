@@ -20,7 +20,14 @@ import msgspec
 from tether.actors.actor import Actor
 from tether.actors.messages import Event, Message
 from tether.errors import ConfigError, JournalWriteError
-from tether.supervisor.spec import ChildSpec, Decider, OneForOne, Strategy, decide
+from tether.supervisor.spec import (
+    ChildSpec,
+    Decider,
+    OneForOne,
+    Strategy,
+    check_decider,
+    decide,
+)
 
 
 class ChildFailed(Message):
@@ -149,6 +156,18 @@ class Supervisor(Actor[SupervisorState]):
             raise ConfigError(
                 f"{cls.__qualname__}.strategy must be OneForOne, OneForAll or RestForOne(...)"
             )
+        children: object = cls.children
+        if isinstance(children, str | bytes) or not isinstance(children, Sequence):
+            raise ConfigError(
+                f"{cls.__qualname__}.children must be a list of tether.ChildSpec, "
+                f"not {cls.children!r}"
+            )
+        for c in cls.children:
+            if not isinstance(c, ChildSpec):
+                raise ConfigError(
+                    f"{cls.__qualname__}.children holds {c!r}; wrap it in tether.ChildSpec"
+                )
+        check_decider(cls.decider, f"{cls.__qualname__}.decider")
         ids = [c.child_id for c in cls.children]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"{cls.__qualname__}.children has duplicate ids: {ids}")

@@ -33,10 +33,17 @@ class ScriptedModel:
         if callable(script):
             self._fn: Callable[[ModelRequest], Any] | None = script
             self._lines: tuple[Decision, ...] = ()
-        elif isinstance(given := cast(Any, script), Iterable) and not isinstance(
-            given, str | bytes
+        elif isinstance(given := cast(object, script), str | bytes) or not isinstance(
+            given, Iterable
         ):
-            lines = tuple(given)
+            # a str would be taken apart into one-character lines; None or a number raised a
+            # bare TypeError
+            raise ConfigError(
+                "a script is a list of tether.ToolCall / tether.FinalAnswer or a function of "
+                f"the request, not {script!r}"
+            )
+        else:
+            lines = tuple(script)
             for line in lines:
                 if not isinstance(line, ToolCall | FinalAnswer):
                     raise ConfigError(
@@ -44,10 +51,6 @@ class ScriptedModel:
                     )
             self._fn = None
             self._lines = lines
-        else:  # None, a number, a string: named here, not a TypeError from tuple()
-            raise ConfigError(
-                f"a script is a list of decisions or a function of the request, not {script!r}"
-            )
         self.calls = 0
         # the latest requests, for tests to look at (bounded: a long session asks many times)
         self.requests: deque[ModelRequest] = deque(maxlen=100)
