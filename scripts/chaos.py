@@ -10,8 +10,8 @@ most (6), ``--counters C`` (6), ``--sinks`` (3), ``--seed S`` (default: from the
 and it reproduces the kill schedule and the workload's choices — not the exact interleaving),
 ``--dir D`` (default: a new temporary directory, kept: every child's stdout/stderr, the ack
 logs, the decisions, the kill log and ``figures.json`` stay there), ``--interject`` (let user
-messages join running tasks: trips the determinism bug reported in ``tests/chaos/test_world.py``
-until it is fixed).
+messages join running tasks; it found a determinism bug, since fixed, which
+``tests/chaos/test_world.py`` keeps a minimal test of).
 
 What runs: two fake payments services (one honoring idempotency keys, one ignoring them), the
 runtime (killed K times, restarted each time), a client and a decider (``Runtime(serve=False)``

@@ -3,9 +3,9 @@ workload of agent sessions (idempotent, non-idempotent and approval-gated tool c
 plain actors, then the world is checked from its own files. The large run is
 ``scripts/chaos.py``; the driver and the checker are in ``tests/chaos/world.py``.
 
-Also here: the bug the world found (a user message joining a task while its step waits for
-an approval makes the step's replay a determinism violation), as a minimal test that fails
-until ``tether/actors/session.py`` is fixed.
+Also here: the bug the world found (a user message joining a task while its step waited for
+an approval made the step's replay a determinism violation), fixed in
+``tether/actors/session.py``, as a minimal test that fails without the fix.
 """
 
 from __future__ import annotations
