@@ -331,3 +331,32 @@ class Summer(tether.Actor[SumState]):
             return str(self.state.total)
         self.persist(Summed(amount=msg.amount))
         return None
+
+
+# -- misuse of the actor API inside a handler ----------------------------------------------------
+
+
+class StopWith(tether.Message):
+    """Call ``self.stop(reason)`` with ``reason`` as given (None, a number: misuse)."""
+
+    reason: Any = None
+
+
+class Forgetful(tether.Actor[LedgerState]):
+    """Its apply forgets to return the new state; StopWith stops it with the given reason."""
+
+    initial_state = LedgerState()
+
+    def apply(self, state: LedgerState, event: Added) -> LedgerState:
+        state.log.append(event.amount)
+        return None  # type: ignore[return-value]  # the mistake under test
+
+    async def handle(self, msg: Add | StopWith | Log) -> list[int] | None:
+        match msg:
+            case Add(amount=a):
+                self.persist(Added(amount=a))
+            case StopWith(reason=r):
+                self.stop(r)
+            case Log():
+                return self.state.log
+        return None

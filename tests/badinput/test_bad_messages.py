@@ -465,3 +465,101 @@ def test_bad_policy_values_name_the_field(make: Any, field: str) -> None:
 def test_bool_nan_and_wrong_types_in_policies_are_refused_by_name(make: Any, field: str) -> None:
     with pytest.raises(tether.ConfigError, match=field):
         make()
+
+
+async def _plain(x: int) -> int:
+    return x
+
+
+def _sync_hook(x: int) -> tether.Done:
+    return tether.Done(x)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"breaker": "no-such-kind"}, "unknown kind 'no-such-kind'"),
+        ({"breaker": 5}, "breaker must be a kind name"),
+        ({"breaker": {"failure_threshold": 3}}, "breaker must be a kind name"),
+        ({"reconcile": 5}, "reconcile hook must be an async def"),
+        ({"reconcile": _sync_hook}, "reconcile hook must be an async def"),
+        ({"timeout": True}, "timeout"),
+        ({"name": 5}, "name must be a non-empty string"),
+        ({"name": ""}, "name must be a non-empty string"),
+    ],
+)
+def test_bad_tool_options_are_refused_at_declaration_by_name(
+    options: dict[str, Any], problem: str
+) -> None:
+    # Before: accepted, then failing every call (breaker), or only an ambiguous one (reconcile)
+    with pytest.raises(tether.ConfigError, match=problem):
+        tether.tool(**options)(_plain)
+
+
+# -- misuse of the actor and runtime APIs -------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_an_apply_that_returns_none_fails_the_step_by_name_and_journals_nothing(
+    tmp_path: Path, where: str
+) -> None:
+    async with fast(":memory:" if where == "memory" else tmp_path / "a.db", max_attempts=1) as rt:
+        a = await rt.spawn(b.Forgetful, "f")
+        with pytest.raises(tether.MessageDeadLettered, match=r"Forgetful.apply returned None"):
+            await a.ask(b.Add(amount=5), timeout=5)
+        assert await a.ask(b.Log(), timeout=5) == []  # the state was not replaced by None
+        assert await rt.store.load_journal("f", 0, 10) == []
+
+
+@pytest.mark.parametrize("reason", [None, 5])
+async def test_stop_with_a_reason_that_is_not_a_string_is_refused_and_the_actor_goes_on(
+    reason: Any,
+) -> None:
+    # Before: None meant "do not stop", silently; 5 was stored as the stop reason
+    async with fast(":memory:", max_attempts=1) as rt:
+        a = await rt.spawn(b.Forgetful, "f")
+        with pytest.raises(tether.MessageDeadLettered, match="stop\\(\\) takes a reason string"):
+            await a.ask(b.StopWith(reason=reason), timeout=5)
+        assert await a.ask(b.Log(), timeout=5) == []
+        rec = await rt.store.get_actor("f")
+        assert rec is not None
+        assert rec.status == "active"
+
+
+@pytest.mark.parametrize("actor_id", [None, "", 5])
+async def test_a_ref_to_an_impossible_id_is_refused_by_name(actor_id: Any) -> None:
+    async with fast(":memory:") as rt:
+        with pytest.raises(tether.ConfigError, match="actor id must be a non-empty string"):
+            rt.ref(actor_id)
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_stopping_by_ref_or_with_a_bad_reason_is_refused_alike_in_both_stores(
+    tmp_path: Path, where: str
+) -> None:
+    # Before: SQLite failed with a parameter-binding StoreError or JournalWriteError, the
+    # memory store with ActorNotFound("ActorRef('l')") or by storing a list as the reason
+    async with fast(":memory:" if where == "memory" else tmp_path / "a.db") as rt:
+        ledger = await rt.spawn(b.Ledger, "l")
+        with pytest.raises(tether.ConfigError, match="actor id must be a non-empty string"):
+            await rt.stop(ledger, "done")  # type: ignore[arg-type]
+        for reason in (None, ["x"]):
+            with pytest.raises(tether.ConfigError, match="stop reason must be a string"):
+                await rt.stop("l", reason)  # type: ignore[arg-type]
+        rec = await rt.store.get_actor("l")
+        assert rec is not None
+        assert rec.status == "active"
+        assert rec.stop_reason is None
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_listings_filtered_by_a_non_string_actor_id_are_refused_not_empty(
+    tmp_path: Path, where: str
+) -> None:
+    async with fast(":memory:" if where == "memory" else tmp_path / "a.db") as rt:
+        with pytest.raises(tether.ConfigError, match="actor_id must be an actor id"):
+            await rt.dead_letters.list(actor_id=5)  # type: ignore[arg-type]
+        with pytest.raises(tether.ConfigError, match="actor_id must be an actor id"):
+            await rt.quarantine.list(7)  # type: ignore[arg-type]
+        assert await rt.dead_letters.list() == []
+        assert await rt.quarantine.list(actor_id="l") == []

@@ -252,3 +252,51 @@ class FlakyAfterEffect(tether.Actor[LedgerState]):
             raise RuntimeError("the handler is broken after its effect")
         self.persist(Done(results=[sent]))
         return sent
+
+
+class Unprintable(Exception):
+    """An error whose message cannot be shown: its str() raises."""
+
+    def __str__(self) -> str:
+        raise ValueError("no message")
+
+
+@tether.tool(breaker=None, retry=tether.RetryPolicy(max_attempts=1))
+async def unprintable(to: str) -> str:
+    CALLS.append(("unprintable", {"to": to}))
+    raise Unprintable
+
+
+@tether.tool(recovery="reconcile", timeout=0.2, breaker=None)
+async def slow_transfer(to: str, idempotency_key: str) -> str:
+    await _scripted("slow_transfer", {"to": to, "key": idempotency_key})
+    return f"transferred to {to}"
+
+
+@slow_transfer.reconciler
+async def check_slow_transfer(to: str, idempotency_key: str) -> tether.Done:
+    CALLS.append(("check_slow_transfer", {"to": to}))
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+class Misuse(tether.Message):
+    """Run one tool by name (tests of bad input to the effect path)."""
+
+    tool: str
+
+
+class Misuser(tether.Actor[LedgerState]):
+    initial_state = LedgerState()
+
+    def apply(self, state: LedgerState, event: Done) -> LedgerState:
+        return LedgerState(results=[*state.results, event.results])
+
+    async def handle(self, msg: Misuse) -> str:
+        tool = {"unprintable": unprintable, "slow_transfer": slow_transfer}[msg.tool]
+        try:
+            result = str(await self.effect(tool, to="bob"))
+        except tether.ToolFailed as exc:
+            result = f"failed: {exc.error}"
+        self.persist(Done(results=[result]))
+        return result

@@ -450,3 +450,27 @@ async def test_retrying_a_dead_letter_replays_its_recorded_effects(tmp_path: Pat
         await eventually(lambda: _results(rt, "f1"))
         assert await _results(rt, "f1") == [["sent to c@d.e"]]
     assert [n for n, _ in fx.CALLS] == ["send_email"]  # once, before the dead letter
+
+
+async def test_a_reconcile_hook_that_hangs_is_cut_at_the_tool_timeout_and_quarantines(
+    tmp_path: Path,
+) -> None:
+    fx.SCRIPT["slow_transfer"] = [HANG]
+    async with runtime(tmp_path) as rt:
+        a = await rt.spawn(fx.Misuser, "a1")
+        await a.tell(fx.Misuse(tool="slow_transfer"))
+        [held] = await eventually(rt.quarantine.list)
+    assert "the reconcile hook did not answer within 0.2 s" in held.reason
+    assert [n for n, _ in fx.CALLS] == ["slow_transfer", "check_slow_transfer"]
+
+
+async def test_a_tool_error_whose_message_cannot_be_shown_is_recorded_as_a_failure(
+    tmp_path: Path,
+) -> None:
+    async with runtime(tmp_path) as rt:
+        a = await rt.spawn(fx.Misuser, "a1")
+        reply = await a.ask(fx.Misuse(tool="unprintable"), timeout=5)
+        [row] = await effects(rt, "a1")
+    assert reply == "failed: Unprintable: (its message cannot be shown: str() raised)"
+    assert row.status == "failed"  # not an intent left "pending", quarantined as ambiguous
+    assert [n for n, _ in fx.CALLS] == ["unprintable"]

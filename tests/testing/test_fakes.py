@@ -55,7 +55,7 @@ def test_a_delay_that_is_not_a_number_of_seconds_is_refused(seconds: Any) -> Non
 
 @pytest.mark.parametrize("script", [None, 5, "final answer"])
 def test_a_script_that_is_neither_decisions_nor_a_function_is_refused(script: Any) -> None:
-    with pytest.raises(tether.ConfigError, match="a script is a list of tether.ToolCall"):
+    with pytest.raises(tether.ConfigError, match=r"a script is a list of tether\.ToolCall"):
         ScriptedModel(script)
 
 

@@ -30,6 +30,7 @@ from typing import Any, Literal, overload
 
 import msgspec
 
+from tether.actors.guards.breaker import BreakerPolicy
 from tether.errors import ConfigError, ToolInputError, TransientToolError
 
 Recovery = Literal["retry", "reconcile", "quarantine"]
@@ -133,6 +134,8 @@ class Tool:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"@tether.tool needs an async def, not {fn!r}")
         self.fn: Callable[..., Awaitable[Any]] = fn
+        if name is not None and not (isinstance(name, str) and name):
+            raise ConfigError(f"@tether.tool: name must be a non-empty string, not {name!r}")
         self.name = name or fn.__name__
         # Where another process finds this tool (to validate modified arguments): the module
         # attribute that @tether.tool replaced the function with. None inside a function.
@@ -147,6 +150,24 @@ class Tool:
             )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(f"{where}: retry must be a tether.RetryPolicy, not {retry!r}")
+        # Checked here, not at the first call: a bad breaker failed every call of the tool, and
+        # a reconcile hook that is not an async def failed only when a call was ambiguous.
+        if breaker is not None and not isinstance(breaker, str | BreakerPolicy):
+            raise ConfigError(
+                f"{where}: breaker must be a kind name, a tether.BreakerPolicy or None, "
+                f"not {breaker!r}"
+            )
+        if isinstance(breaker, str):
+            try:
+                BreakerPolicy.for_kind(breaker)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: breaker: {exc}") from None
+        if reconcile is not None and not inspect.iscoroutinefunction(reconcile):
+            raise ConfigError(
+                f"{where}: the reconcile hook must be an async def, not {reconcile!r}"
+            )
+        if isinstance(timeout, bool):
+            raise ConfigError(f"{where}: timeout must be a number of seconds, not {timeout!r}")
         self.recovery: Recovery = recovery
         self.requires_approval = bool(requires_approval)
         self.timeout = float(timeout) if timeout is not None else None

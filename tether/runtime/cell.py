@@ -280,7 +280,15 @@ class Cell:
             )
         payload = self.runtime.encode(event)
         assert self.instance is not None
-        self._state = self.instance.apply(self._state, event)
+        state = self.instance.apply(self._state, event)
+        if state is None and self.spec.cls.initial_state is not None:
+            # An apply that forgot its `return` would make the state None from here on (and in
+            # every recovery): the handler fails now, naming it, and nothing is journaled.
+            raise ConfigError(
+                f"{self._actor_id}: {self.spec.cls.__qualname__}.apply returned None for "
+                f"{type(event).__name__}; it must return the new state"
+            )
+        self._state = state
         step.add_event(JournalRow(self.seq + len(step.events) + 1, payload))
 
     def ref(self, actor_id: str) -> ActorRef:
@@ -429,6 +437,10 @@ class Cell:
     def stop_self(self, reason: str) -> None:
         if self.step is None or self.step.closed:
             raise ConfigError(f"{self._actor_id}: stop() is only allowed inside handle()")
+        if not isinstance(reason, str):
+            # None here meant "do not stop" (silently), and another value was stored as the
+            # reason: refused, by name.
+            raise ConfigError(f"{self._actor_id}: stop() takes a reason string, not {reason!r}")
         self.step.stop_reason = reason
 
     # -- lifecycle ----------------------------------------------------------------------------

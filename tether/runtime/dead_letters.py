@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tether.errors import ActorStopped, DeadLetterNotFound
+from tether.errors import ActorStopped, ConfigError, DeadLetterNotFound
 from tether.runtime import telemetry
 from tether.runtime.store import DeadLetter
 
 if TYPE_CHECKING:
     from tether.runtime.runtime import Runtime
+
+
+def check_filter(actor_id: object) -> None:
+    """A listing's ``actor_id`` filter: a string or None. Any other value (``5``, a ref)
+    matched nothing and answered an empty list, as if there were nothing to see."""
+    if actor_id is not None and not isinstance(actor_id, str):
+        raise ConfigError(f"actor_id must be an actor id (a string) or None, not {actor_id!r}")
 
 
 class DeadLetters:
@@ -20,6 +27,7 @@ class DeadLetters:
 
     async def list(self, actor_id: str | None = None) -> list[DeadLetter]:
         """Dead letters, oldest first, each with its payload, attempts and error history."""
+        check_filter(actor_id)
         return await self._rt.store.dead_letters(actor_id)
 
     async def retry(self, msg_id: str) -> None:

@@ -515,7 +515,7 @@ class _Effect:
                 if not isinstance(exc, Exception):
                     raise  # cancellation: the intent stays, ambiguous, for the recovery policy
                 outcome = classify(exc)
-                error = f"{type(exc).__name__}: {exc}"
+                error = describe(exc)
                 history = [*rec.history, f"attempt {rec.attempts}: {error}"]
                 self.log.warning(
                     "effect_attempt_failed", attempt=rec.attempts, outcome=outcome, error=error
@@ -606,10 +606,16 @@ class _Effect:
                 self._suspend(f"{why}; tool has recovery='reconcile' but no reconcile hook", rec)
             kwargs = dict(self.kwargs)
             kwargs["idempotency_key"] = self.key
+            verdict: Any = None
             try:
-                verdict = await hook(**kwargs)
+                # Bounded like the call itself: a hook that hangs held the step (and the actor)
+                # for ever, its effect neither resolved nor quarantined.
+                with anyio.move_on_after(tool.timeout) as scope:
+                    verdict = await hook(**kwargs)
+                if scope.cancelled_caught:
+                    verdict = Unknown(f"the reconcile hook did not answer within {tool.timeout} s")
             except Exception as exc:  # noqa: BLE001 - a hook that cannot tell: a person decides
-                verdict = Unknown(f"the reconcile hook raised {type(exc).__name__}: {exc}")
+                verdict = Unknown(f"the reconcile hook raised {describe(exc)}")
             match verdict:
                 case Done(result=value):
                     self.log.info("effect_reconciled", verdict="done")
@@ -656,6 +662,16 @@ class _Effect:
             self.log.error("effect_quarantined", reason=reason, attempt=rec.attempts)
         self.step.suspend(f"effect {self.key} ({self.tool.name}) is quarantined: {reason}", rec)
         raise StepSuspended(self.step.suspended or reason)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception a tool raised. One whose ``str()`` itself raises
+    would fail the step before its failure is recorded, leaving the intent to be taken, on
+    redelivery, for a call that never reported back: described by its type alone instead."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - any failure of a user __str__
+        return f"{type(exc).__name__}: (its message cannot be shown: str() raised)"
 
 
 def _type_name(t: Any) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tether.errors import ConfigError, EffectNotFound
+from tether.runtime.dead_letters import check_filter
 from tether.runtime.store import EffectRecord
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class Quarantine:
 
     async def list(self, actor_id: str | None = None) -> list[QuarantinedEffect]:
         """Every quarantined effect (of one actor, if given), oldest first."""
+        check_filter(actor_id)
         rows = await self._rt.store.find_effects(actor_id=actor_id, status="quarantined")
         return [_view(r) for r in rows]
 

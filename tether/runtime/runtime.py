@@ -328,6 +328,9 @@ class Runtime:
     def ref(self, actor_id: str) -> ActorRef:
         """The ref of an existing actor, active or passivated. Sends through it raise
         ``ActorNotFound`` if no actor with this id exists in the store."""
+        # A ref with an id no actor can have (None, "", 5) would only fail at its first send,
+        # far from the mistake: refused here, naming it.
+        _check_id(actor_id)
         return ActorRef(self, actor_id)
 
     async def lookup(self, actor_id: str) -> ActorRef:
@@ -407,6 +410,11 @@ class Runtime:
     async def stop(self, actor_id: str, reason: str) -> None:
         """Stop an actor for good: it finishes its current message; the rest go to dead letters."""
         self._check_open()
+        # A ref or a non-string reason failed deep in the store (SQLite: a binding error; the
+        # memory store: ActorNotFound, or a list stored as the reason): refused here, by name.
+        _check_id(actor_id)
+        if not isinstance(reason, str):
+            raise ConfigError(f"stop reason must be a string, not {reason!r}")
         spec, status = await self._spec_of(actor_id)
         if status != "active":
             return
