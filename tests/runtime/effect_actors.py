@@ -19,6 +19,7 @@ VERDICTS: list[tether.Done | tether.NotDone | tether.Unknown] = []
 
 
 def reset() -> None:
+    RETURNS.clear()
     CALLS.clear()
     SCRIPT.clear()
     VERDICTS.clear()
@@ -62,6 +63,16 @@ async def send_email(to: str, body: str) -> str:
     """Send an email (ignores keys: quarantined when ambiguous)."""
     await _scripted("send_email", {"to": to, "body": body})
     return f"sent to {to}"
+
+
+RETURNS: dict[str, Any] = {}  # tool name -> what it returns instead of its usual result
+
+
+@tether.tool(timeout=0.2)
+async def post_letter(to: str) -> str:
+    """Post a letter (ignores keys): returns RETURNS["post_letter"] when a test sets it."""
+    await _scripted("post_letter", {"to": to})
+    return RETURNS.get("post_letter", f"posted to {to}")  # type: ignore[no-any-return]
 
 
 @tether.tool(
@@ -136,6 +147,8 @@ class Agent(tether.Actor[LedgerState]):
                     return f"refund {r.order_id} {r.amount_cents}"
                 case "email":
                     return str(await self.effect(send_email, to="a@b.c", body=f"hello {i}"))
+                case "letter":
+                    return str(await self.effect(post_letter, to="a@b.c"))
                 case "charge":
                     return f"charged {await self.effect(charge, account='acc', cents=5)}"
                 case "transfer":

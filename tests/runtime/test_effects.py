@@ -345,6 +345,29 @@ async def test_a_result_marked_done_that_does_not_fit_the_tool_is_held_again_not
     assert [n for n, _ in fx.CALLS] == ["send_email"]  # never called again
 
 
+async def test_a_call_whose_result_cannot_be_recorded_is_held_for_a_person_not_failed(
+    tmp_path: Path,
+) -> None:
+    """The call was made but returned something the ledger cannot record as the tool's type.
+    Telling the handler "failed" would invite it to do the same thing another way: for a tool
+    with an unknown side effect, a person decides, and the tool is not called again."""
+    fx.RETURNS["post_letter"] = {"not": "a str"}
+    async with runtime(tmp_path) as rt:
+        a = await rt.spawn(Agent, "a1")
+        await a.tell(Do(effects=["letter"]))
+        [held] = await eventually(rt.quarantine.list)
+        assert held.tool == "post_letter"
+        assert held.reason.startswith(
+            "the call was made, but its result {'not': 'a str'} cannot be recorded as str"
+        )
+        assert await a.ask(Ping(), timeout=5) == "pong"  # the actor serves other messages
+        await rt.quarantine.mark_done(held.key, "posted (receipt on paper)", by="ops")
+        await eventually(lambda: _results(rt, "a1"))
+        assert await _results(rt, "a1") == [["posted (receipt on paper)"]]
+        assert await rt.dead_letters.list() == []
+    assert [n for n, _ in fx.CALLS] == ["post_letter"]
+
+
 async def test_finished_receipts_are_purged_after_their_retention(tmp_path: Path) -> None:
     async with runtime(tmp_path) as rt:
         a = await rt.spawn(Agent, "a1")

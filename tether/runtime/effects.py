@@ -568,8 +568,22 @@ class _Effect:
             # What the step sees is what a replay will see: the recorded form of the result.
             result = self.tool.decode_result(blob)
         except (TypeError, OverflowError, msgspec.EncodeError, msgspec.DecodeError) as exc:
-            error = f"result {value!r} cannot be recorded as {self.tool.result_type!r}: {exc}"
+            # The call happened (or the reconcile hook says so), but what it returned cannot
+            # be recorded.
             self._observe_result(None)
+            shown = f"result {_shown(value)} cannot be recorded as "
+            shown += f"{_type_name(self.tool.result_type)}: {exc}"
+            if self.tool.recovery != "retry":
+                # A call with an unknown side effect: failing the step would tell the handler
+                # "not done" about a call that was made, and a handler that then tries another
+                # way does it twice. A person decides (mark it done with a result that fits,
+                # retry it, or abort it).
+                why = f"the call was made, but its {shown}"
+                held = msgspec.structs.replace(rec, history=[*history, f"held: {why}"])
+                self._suspend(why, held)
+            # A "retry" tool may be called again at no risk (its receiver honors the key; the
+            # model has no side effect): a failure, recorded, that the handler is told of.
+            error = shown[0].upper() + shown[1:]
             await self._write(
                 msgspec.structs.replace(
                     rec, status="failed", error=error, history=history, updated_at=now
@@ -672,6 +686,15 @@ def describe(exc: BaseException) -> str:
         return f"{type(exc).__name__}: {exc}"
     except Exception:  # noqa: BLE001 - any failure of a user __str__
         return f"{type(exc).__name__}: (its message cannot be shown: str() raised)"
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a result can be large), and never raising."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - any failure of a user __repr__
+        return f"(a {type(value).__name__})"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _type_name(t: Any) -> str:
