@@ -360,3 +360,32 @@ class Forgetful(tether.Actor[LedgerState]):
             case Log():
                 return self.state.log
         return None
+
+
+# -- persist misused -----------------------------------------------------------------------------
+
+
+class Misuse(tether.Message):
+    what: str  # "dict", "stranger" (an event apply does not fold) or "ok"
+
+
+class Unfolded(tether.Event):
+    """An event no apply here declares."""
+
+    n: int = 0
+
+
+class Misuser(tether.Actor[SumState]):
+    initial_state = SumState()
+
+    def apply(self, state: SumState, event: Summed) -> SumState:
+        return SumState(total=state.total + event.amount)
+
+    async def handle(self, msg: Misuse) -> int:
+        if msg.what == "dict":
+            self.persist({"amount": 1})  # type: ignore[arg-type]
+        elif msg.what == "stranger":
+            self.persist(Unfolded(n=1))
+        else:
+            self.persist(Summed(amount=1))
+        return self.state.total

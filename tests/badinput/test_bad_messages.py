@@ -251,6 +251,25 @@ async def test_a_state_beyond_64_bits_skips_its_snapshot_and_the_actor_goes_on(
         assert await rt.ref("s").ask(b.Total(), timeout=5) == str(3 * (2**63 - 1))
 
 
+@pytest.mark.parametrize(
+    ("what", "named"),
+    [
+        ("dict", "persist() takes a tether.Event, not dict"),
+        ("stranger", "Unfolded is not an event type of Misuser.apply (it folds: Summed)"),
+    ],
+)
+async def test_persisting_what_apply_does_not_fold_fails_the_step_by_name(
+    tmp_path: Path, what: str, named: str
+) -> None:
+    async with fast(tmp_path / "a.db", max_attempts=1) as rt:
+        m = await rt.spawn(b.Misuser, "m")
+        with pytest.raises(tether.MessageDeadLettered) as caught:
+            await m.ask(b.Misuse(what=what), timeout=5)
+        assert f"ConfigError: m: {named}" in caught.value.errors[0]
+        assert await m.ask(b.Misuse(what="ok"), timeout=5) == 1  # nothing else was folded
+        assert len(await rt.store.load_journal("m", 0, 10)) == 1
+
+
 @pytest.mark.parametrize("key", ["", 7, b"k"])
 async def test_a_bad_dedup_key_is_refused_by_name(key: Any) -> None:
     async with fast(":memory:") as rt:

@@ -269,7 +269,7 @@ class Cell:
         if step is None or step.closed:
             raise ConfigError(f"{self._actor_id}: persist() is only allowed inside handle()")
         if not isinstance(event, Event):
-            raise TypeError(
+            raise ConfigError(
                 f"{self._actor_id}: persist() takes a tether.Event, not {type(event).__name__}"
             )
         if type(event) not in self.spec.event_types:
