@@ -1,4 +1,4 @@
-"""The DESIGN §4 example: a durable account whose balance survives restarts.
+"""The smallest example: a durable account whose balance survives restarts.
 
 Run: python examples/counter.py   (run it twice: the balance keeps growing)
 """

@@ -160,8 +160,9 @@ class Actor(Generic[S]):
         replayed (after a crash, a failure or a wait), a recorded result is returned without
         calling the tool again. The tool receives the runtime's idempotency key if it declares
         an ``idempotency_key`` parameter. Raises ``ToolInputError`` (bad arguments, nothing
-        recorded), ``ToolFailed``, ``ToolUnavailable``, ``EffectAborted`` or
-        ``DeterminismViolation``; a call that must wait for a person suspends the step.
+        recorded), ``ToolFailed``, ``ToolUnavailable``, ``LoopDetected``, ``ApprovalRejected``,
+        ``EffectAborted`` or ``DeterminismViolation``; a call that must wait for a person
+        suspends the step.
         """
         return await self._tether_cell.effect(tool, args)
 

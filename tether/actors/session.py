@@ -1,4 +1,4 @@
-"""``AgentSession``: an agent as a durable actor, one step per message (DESIGN §7).
+"""``AgentSession``: an agent as a durable actor, one step per message.
 
 A session runs "decide → guard → act → record" one step at a time. Each step is one message
 (an internal ``Continue``), so each step commits on its own (I2), other messages interleave
@@ -15,7 +15,7 @@ One step:
 4. its outcome is journaled for the next step's context, and the next step is queued. A final
    answer ends the task and answers whoever asked.
 
-The error taxonomy (``seeds/004``) is wired in: invalid arguments go back to the model with the
+The error taxonomy (``docs/recovery.md``) is wired in: invalid arguments go back to the model with the
 validation error for one correction, then the task is escalated (stopped, with the reason); a
 transient failure is retried under the tool's policy; an open breaker tells the model when to
 retry; a loop follows the session's ``loop_policy``; a rejected call tells the model why.

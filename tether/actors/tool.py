@@ -10,7 +10,7 @@ during the call, or the call timed out):
 * ``"reconcile"``: ask the world through the tool's ``reconcile`` hook: done, not done, unknown;
 * ``"quarantine"`` (the default): hold it for a person. The safe choice for an unknown side effect.
 
-Errors a tool raises are sorted by what they say about the call (``seeds/004``):
+Errors a tool raises are sorted by what they say about the call (``docs/recovery.md``):
 
 * *not carried out* (``TransientToolError``, HTTP 429 or 503, a refused connection): retried
   under the tool's :class:`RetryPolicy`, each attempt with the same key;
