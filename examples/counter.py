@@ -43,7 +43,9 @@ class Account(tether.Actor[AccountState]):
 
 
 async def main() -> None:
-    async with tether.Runtime("agents.db") as rt:
+    # A file of its own: examples/first_agent.py uses agents.db, and each example's classes
+    # live in __main__, so one example's actors cannot be resumed by the other.
+    async with tether.Runtime("counter.db") as rt:
         acct = await rt.spawn(Account, "acct-1")
         await acct.tell(Deposit(amount=5))
         print("balance:", await acct.ask(GetBalance(), timeout=5))

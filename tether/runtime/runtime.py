@@ -243,7 +243,7 @@ class Runtime:
         try:
             await tg.__aexit__(None, None, None)
         finally:
-            # Always close the store: aiosqlite's threads are not daemons, and an unclosed
+            # Always close the store: its connection threads are not daemons, and an unclosed
             # connection keeps the interpreter from exiting.
             with anyio.CancelScope(shield=True):
                 try:
