@@ -389,3 +389,16 @@ class Misuser(tether.Actor[SumState]):
         else:
             self.persist(Summed(amount=1))
         return self.state.total
+
+
+class Fib(tether.Message):
+    pass
+
+
+class Fibber(tether.Actor[SumState]):
+    """Declares a str reply and returns an int: msgspec does not check a reply when encoding."""
+
+    initial_state = SumState()
+
+    async def handle(self, msg: Fib) -> str:
+        return 5  # type: ignore[return-value]

@@ -270,6 +270,20 @@ async def test_persisting_what_apply_does_not_fold_fails_the_step_by_name(
         assert len(await rt.store.load_journal("m", 0, 10)) == 1
 
 
+async def test_a_reply_of_the_wrong_type_reaches_another_process_as_a_tether_error(
+    tmp_path: Path,
+) -> None:
+    """An asker in another process decodes the stored reply as the handler's declared return
+    type: one that does not fit is a CorruptRecordError naming the actor, not msgspec's own
+    ValidationError."""
+    db = tmp_path / "a.db"
+    async with fast(db) as rt:
+        await rt.spawn(b.Fibber, "f")
+        async with fast(db, serve=False) as admin:
+            with pytest.raises(tether.CorruptRecordError, match="reply of 'f' to message"):
+                await admin.ref("f").ask(b.Fib(), timeout=5)
+
+
 @pytest.mark.parametrize("key", ["", 7, b"k"])
 async def test_a_bad_dedup_key_is_refused_by_name(key: Any) -> None:
     async with fast(":memory:") as rt:

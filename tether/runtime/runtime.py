@@ -31,6 +31,7 @@ from tether.errors import (
     ActorStopped,
     AskTimeout,
     ConfigError,
+    CorruptRecordError,
     MessageDeadLettered,
     MessageRejected,
     RuntimeClosed,
@@ -602,7 +603,18 @@ class Runtime:
                 try:
                     spec, _ = await self._spec_of(actor_id)
                     value = self._reply_decoder(spec).decode(reply.payload)
-                except (msgspec.DecodeError, TetherError) as exc:
+                except msgspec.DecodeError as exc:
+                    # A reply that does not fit the handler's declared return type (or a
+                    # damaged row): the asker gets a TetherError naming it, not msgspec's.
+                    self._resolve(
+                        reply.msg_id,
+                        error=CorruptRecordError(
+                            f"the reply of {actor_id!r} to message {reply.msg_id} does not "
+                            f"decode as {spec.cls.__qualname__}.handle's return type: {exc}"
+                        ),
+                    )
+                    continue
+                except TetherError as exc:
                     self._resolve(reply.msg_id, error=exc)
                     continue
                 self._resolve(reply.msg_id, value)
