@@ -25,6 +25,7 @@ import tether
 from tests.badinput import actors as b
 from tests.sqlite_files import dump
 from tether.runtime import telemetry
+from tether.runtime.effects import effect_key
 
 pytestmark = pytest.mark.anyio
 
@@ -329,6 +330,44 @@ async def test_a_receipt_whose_result_does_not_decode_is_held_for_a_person_never
                 await anyio.sleep(0.05)
         assert await rt.dead_letters.list() == []
     assert [("ship", key)] == b.CALLS
+
+
+async def test_a_retry_tools_receipt_that_does_not_decode_fails_the_call_and_is_not_made_again(
+    tmp_path: Path,
+) -> None:
+    """The same damage for a "retry" tool (its receiver honors keys, like the session's model):
+    the handler is told the call failed (ToolFailed naming why), nothing waits for a person,
+    and the tool is not called again."""
+    db = tmp_path / "a.db"
+    async with fast(db) as rt:
+        await rt.spawn(b.Shop, "shop")
+    async with fast(db, serve=False) as admin:  # stored, not delivered: nobody serves
+        await admin.ref("shop").tell(b.Pay(order_id="o1", cents=5))
+    [(msg_id,)] = sql(db, "SELECT msg_id FROM mailbox WHERE actor_id = 'shop'")
+    call = b.pay.prepare({"order_id": "o1", "cents": 5})
+    key = effect_key("shop", msg_id, 0, "pay", call.input_hash)
+    # As if an attempt made the call, committed its receipt and died before its step: the
+    # message has one attempt counted, and the receipt's result is damaged.
+    sql(db, "UPDATE mailbox SET attempts = 1 WHERE msg_id = ?", msg_id)
+    sql(
+        db,
+        "INSERT INTO effects (actor_id, msg_id, idx, key, tool, input_hash, args, status, "
+        "attempts, result, error, reason, history, created_at, updated_at) VALUES "
+        "('shop', ?, 0, ?, 'pay', ?, ?, 'done', 1, x'c1', NULL, NULL, x'90', 0, 0)",
+        msg_id,
+        key,
+        call.input_hash,
+        call.args_blob,
+    )
+    async with fast(db) as rt:
+        with anyio.fail_after(10):
+            while not (log := await rt.ref("shop").ask(b.Log(), timeout=5)):
+                await anyio.sleep(0.05)
+        [outcome] = log
+        assert outcome.startswith("pay o1 failed: its recorded result does not decode as str")
+        assert await rt.quarantine.list() == []
+        assert await rt.dead_letters.list() == []
+    assert b.CALLS == []
 
 
 async def two_shops_one_corrupt(db: Path) -> tuple[str, str]:

@@ -470,16 +470,21 @@ class _Effect:
     def _replay_done(self, rec: EffectRecord) -> Any:
         """The recorded result of a call that happened. One that does not decode as the tool's
         result type (a result a person marked done from a process that could not check it, a
-        tool whose return type changed, a damaged row) is held for a person: the call did
-        happen, so neither calling again nor failing the step is the runtime's to decide, and
-        failing would only spend the message's attempts on the same row."""
+        tool whose return type changed, a damaged row) is held for a person, unless the tool is
+        a "retry" one (as in ``_receipt``): the call did happen, so neither calling again nor
+        failing the step is the runtime's to decide, and failing would only spend the message's
+        attempts on the same row."""
         try:
             value = self.tool.decode_result(rec.result or b"\xc0")
         except msgspec.DecodeError as exc:
             why = (
                 f"its recorded result does not decode as {_type_name(self.tool.result_type)}: {exc}"
             )
-            self._suspend(why, msgspec.structs.replace(rec, history=[*rec.history, f"held: {why}"]))
+            if self.tool.recovery != "retry":
+                held = msgspec.structs.replace(rec, history=[*rec.history, f"held: {why}"])
+                self._suspend(why, held)
+            self._mark_replayed(rec)
+            raise ToolFailed(self.tool.name, self.key, why, rec.attempts) from None
         self._mark_replayed(rec)
         return value
 

@@ -4,9 +4,9 @@ An effect is quarantined when its outcome cannot be known safely: its process di
 call (or the call timed out) and its tool's recovery policy is ``"quarantine"``, its reconcile
 hook could not tell, or a replayed step asked for a different call at the same place (a
 determinism violation). A call that was made but whose result cannot be recorded as the
-tool's return type (tools other than ``"retry"``), and a recorded result that no longer
-decodes, are held the same way. The step that made it waits, parked, and the actor goes on with other
-messages. Resolving the effect, from this process or any other process on the same store,
+tool's return type, and a recorded result that no longer decodes, are held the same way (for
+tools other than ``"retry"``). The step that made it waits, parked, and the actor goes on with
+other messages. Resolving the effect, from this process or any other process on the same store,
 wakes the step up:
 
 * ``mark_done(key, result)``: the call did happen; the step gets ``result`` as its return value;
