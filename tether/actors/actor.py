@@ -202,6 +202,18 @@ def actor_spec(cls: type[Any]) -> ActorSpec:
     return spec
 
 
+def check_items(value: object, kind: type[Any], where: str, expected: str, hint: str) -> None:
+    """Raise ``ConfigError`` unless ``value`` (a class attribute such as ``tools`` or
+    ``children``) is a list or tuple of ``kind``: ``where must be <expected>`` for the
+    container, ``where holds <item>; <hint>`` for an item. A string is refused as a whole: it
+    would otherwise be taken apart into characters."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ConfigError(f"{where} must be {expected}, not {value!r}")
+    for item in value:
+        if not isinstance(item, kind):
+            raise ConfigError(f"{where} holds {item!r}; {hint}")
+
+
 def check_init(cls: type[Any], init: dict[str, Any], where: str) -> bytes:
     """Encode spawn arguments as they will be stored, after checking that they can be stored
     and that ``cls(**init)`` would accept them. Raises ``ConfigError`` naming ``where``."""

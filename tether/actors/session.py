@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from tether.actors.actor import Actor
+from tether.actors.actor import Actor, check_items
 from tether.actors.context import (
     ChatMessage,
     Checkpoint,
@@ -224,18 +224,15 @@ class AgentSession(Actor[SessionState]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        check_items(
+            cls.tools,
+            Tool,
+            f"{cls.__qualname__}.tools",
+            "a list or tuple of @tether.tool functions",
+            "declare tools with @tether.tool",
+        )
         names: dict[str, Tool] = {}
-        tools: object = cls.tools
-        if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
-            raise ConfigError(
-                f"{cls.__qualname__}.tools must be a list or tuple of @tether.tool functions, "
-                f"not {cls.tools!r}"
-            )
         for t in cls.tools:
-            if not isinstance(t, Tool):
-                raise ConfigError(
-                    f"{cls.__qualname__}.tools holds {t!r}; declare tools with @tether.tool"
-                )
             if t.name in names:
                 raise ConfigError(f"{cls.__qualname__}.tools has two tools named {t.name!r}")
             names[t.name] = t

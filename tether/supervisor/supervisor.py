@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol, cast
 
 import msgspec
 
-from tether.actors.actor import Actor
+from tether.actors.actor import Actor, check_items
 from tether.actors.messages import Event, Message
 from tether.errors import ConfigError, JournalWriteError
 from tether.supervisor.spec import (
@@ -156,17 +156,13 @@ class Supervisor(Actor[SupervisorState]):
             raise ConfigError(
                 f"{cls.__qualname__}.strategy must be OneForOne, OneForAll or RestForOne(...)"
             )
-        children: object = cls.children
-        if isinstance(children, str | bytes) or not isinstance(children, Sequence):
-            raise ConfigError(
-                f"{cls.__qualname__}.children must be a list of tether.ChildSpec, "
-                f"not {cls.children!r}"
-            )
-        for c in cls.children:
-            if not isinstance(c, ChildSpec):
-                raise ConfigError(
-                    f"{cls.__qualname__}.children holds {c!r}; wrap it in tether.ChildSpec"
-                )
+        check_items(
+            cls.children,
+            ChildSpec,
+            f"{cls.__qualname__}.children",
+            "a list of tether.ChildSpec",
+            "wrap it in tether.ChildSpec",
+        )
         check_decider(cls.decider, f"{cls.__qualname__}.decider")
         ids = [c.child_id for c in cls.children]
         if len(set(ids)) != len(ids):
