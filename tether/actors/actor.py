@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import msgspec
 
-from tether.actors.messages import Event, Message
+from tether.actors.messages import UNENCODABLE, Event, Message
 from tether.actors.ref import ActorRef
 from tether.actors.tool import Tool
 from tether.errors import ConfigError
@@ -219,7 +219,7 @@ def check_init(cls: type[Any], init: dict[str, Any], where: str) -> bytes:
     and that ``cls(**init)`` would accept them. Raises ``ConfigError`` naming ``where``."""
     try:
         encoded = msgspec.msgpack.encode(init)
-    except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+    except UNENCODABLE as exc:
         raise ConfigError(f"{where}: spawn arguments cannot be stored: {exc}") from exc
     if cls.__init__ is object.__init__:
         if init:
@@ -306,7 +306,7 @@ def _derive_spec(cls: type[Any]) -> ActorSpec:
     state_type = getattr(cls, "state_type", None) or type(cls.initial_state)
     try:
         msgspec.msgpack.encode(cls.initial_state)
-    except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+    except UNENCODABLE as exc:
         raise ConfigError(f"{name}.initial_state cannot be encoded by msgspec: {exc}") from exc
     return ActorSpec(
         cls=cls,

@@ -41,3 +41,9 @@ class Terminated(Message):
     actor_id: str
     reason: str
     status: str = "stopped"
+
+
+# What encoding a value can raise when the value cannot be stored: a type msgspec does not know
+# (TypeError, EncodeError) or an int beyond msgpack's 64 bits (OverflowError). Caught as one,
+# wherever a value is about to be stored, and reported as bad input by name.
+UNENCODABLE = (TypeError, OverflowError, msgspec.EncodeError)

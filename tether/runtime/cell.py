@@ -30,7 +30,7 @@ import msgspec
 import structlog
 
 from tether.actors.actor import Actor, ActorSpec
-from tether.actors.messages import Event
+from tether.actors.messages import UNENCODABLE, Event
 from tether.actors.ref import ActorRef
 from tether.errors import (
     ConfigError,
@@ -837,7 +837,7 @@ class Cell:
         commits without one and recovery folds the journal, instead of the actor failing."""
         try:
             return Snapshot(seq, self.runtime.encode(self._state))
-        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+        except UNENCODABLE as exc:
             telemetry.log.warning(
                 "snapshot_skipped", actor_id=self._actor_id, seq=seq, error=repr(exc)
             )

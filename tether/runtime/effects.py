@@ -32,6 +32,7 @@ import msgspec
 
 from tether.actors.guards.actors import ApprovalRequested, ApprovalSettled
 from tether.actors.guards.breaker import CallToken, Refused
+from tether.actors.messages import UNENCODABLE
 from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
 from tether.errors import (
     ApprovalRejected,
@@ -572,7 +573,7 @@ class _Effect:
             blob = self.tool.encode_result(value)
             # What the step sees is what a replay will see: the recorded form of the result.
             result = self.tool.decode_result(blob)
-        except (TypeError, OverflowError, msgspec.EncodeError, msgspec.DecodeError) as exc:
+        except (*UNENCODABLE, msgspec.DecodeError) as exc:
             # The call happened (or the reconcile hook says so), but what it returned cannot
             # be recorded.
             self._observe_result(None)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tether.actors.messages import UNENCODABLE
 from tether.errors import ConfigError, EffectNotFound
 from tether.runtime.dead_letters import check_filter
 from tether.runtime.store import EffectRecord
@@ -71,7 +72,7 @@ class Quarantine:
         try:
             blob = msgspec.msgpack.encode(result)
         # OverflowError: an int beyond 64 bits, which msgpack cannot hold
-        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+        except UNENCODABLE as exc:
             raise ConfigError(f"result for effect {key} cannot be recorded: {exc}") from exc
         await self._resolve(
             rec, status="done", result=blob, note=f"marked done by {by}", reason=rec.reason

@@ -24,7 +24,7 @@ import anyio
 import msgspec
 
 from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, import_class
-from tether.actors.messages import Message, Terminated
+from tether.actors.messages import UNENCODABLE, Message, Terminated
 from tether.actors.ref import ActorRef
 from tether.errors import (
     ActorNotFound,
@@ -472,7 +472,7 @@ class Runtime:
             raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
         try:
             payload = self.encode(msg)
-        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+        except UNENCODABLE as exc:
             raise MessageRejected(
                 actor_id,
                 f"{type(msg).__name__} that cannot be encoded ({exc})",
@@ -583,7 +583,7 @@ class Runtime:
     def encode_reply(self, spec: ActorSpec, value: Any) -> bytes:
         try:
             return self.encode(value)
-        except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+        except UNENCODABLE as exc:
             raise TypeError(
                 f"{spec.cls.__qualname__}.handle returned a {type(value).__name__}, which cannot be "
                 f"stored as a reply: {exc}"
