@@ -649,6 +649,57 @@ def test_an_actor_with_a_malformed_class_path_is_still_listed_in_sessions_and_th
     assert "acct" in out
 
 
+def damage(db: Path, statement: str) -> None:
+    with sqlite3.connect(db) as con:
+        con.execute(statement)
+    con.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "value"), [("created_at", "x"), ("lease_expires", "abc"), ("fence", "z")]
+)
+def test_an_actor_row_with_a_value_of_the_wrong_type_is_named_and_every_other_one_is_listed(
+    db: Path, capsys: pytest.CaptureFixture[str], column: str, value: str
+) -> None:
+    damage(db, f"UPDATE actors SET {column} = '{value}' WHERE actor_id = 'acct'")
+    code, out, err = cli(capsys, "--db", db, "show", "acct")
+    assert (code, out) == (1, "")
+    assert_one_line_error(err, "actors row 'acct'", f"column {column}", repr(value))
+    for command in ("actors", "sessions", "tree"):
+        code, out, err = cli(capsys, "--db", db, command)
+        assert code == 1, command
+        assert_one_line_error(err, "1 damaged row(s)", "acct")
+        if command != "sessions":  # none of the others is a session
+            assert "b1" in out
+            assert "a1" in out
+        assert f"corrupt: actors row 'acct' is damaged: column {column}" in out
+    code, out, err = cli(capsys, "--db", db, "actors", "--json")
+    assert code == 1
+    rows = json.loads(out)
+    assert {"b1", "a1"} <= {r["id"] for r in rows}
+    assert [r["id"] for r in rows if r.get("status") == "corrupt"] == ["acct"]
+
+
+def test_mailbox_dead_letter_and_effect_rows_of_the_wrong_type_are_named_in_listings(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    damage(db, "UPDATE mailbox SET parks = 'x' WHERE actor_id = 'b1'")
+    damage(db, "UPDATE dead_letters SET created_at = 'x'")
+    damage(db, "UPDATE effects SET updated_at = 'x' WHERE status = 'quarantined'")
+    for argv, named in [
+        (("actors",), "mailbox row"),
+        (("show", "b1"), "mailbox row"),
+        (("show", "a1"), "effects row"),
+        (("dead-letters", "list"), "dead_letters row"),
+        (("quarantine", "list"), "effects row"),
+    ]:
+        code, out, err = cli(capsys, "--db", db, *argv)
+        assert code == 1, argv
+        assert_one_line_error(err, "1 damaged row(s)")
+        assert f"corrupt: {named}" in out, argv
+    assert "acct" in cli(capsys, "--db", db, "actors")[1]
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [(None, "is a directory"), (b"", "empty file"), (b"not sqlite" * 100, "cannot open store")],

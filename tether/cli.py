@@ -30,7 +30,14 @@ import structlog
 import tether
 from tether.actors.actor import import_class
 from tether.runtime.approvals import view as approval_view
-from tether.runtime.store import PARKED, ActorRecord, EffectRecord, Store, StoredMessage
+from tether.runtime.store import (
+    PARKED,
+    ActorRecord,
+    DeadLetter,
+    EffectRecord,
+    Store,
+    StoredMessage,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -385,24 +392,59 @@ def _is_session(record: ActorRecord) -> bool:
     return bool(getattr(cls, "is_session", False))
 
 
+class _Corrupt:
+    """Damaged rows a listing left out, by key: listed after the readable ones, then the
+    command fails naming them (one damaged row must not hide the others)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str]] = []
+
+    def __call__(self, key: str, exc: tether.CorruptRecordError) -> None:
+        self.rows.append((key, str(exc)))
+
+    def json(self, key: str) -> list[dict[str, str]]:
+        return [{key: k, "status": "corrupt", "error": err} for k, err in self.rows]
+
+    def print(self) -> None:
+        for _, err in self.rows:
+            print(_one_line(f"corrupt: {err}"))
+
+    def check(self) -> None:
+        if self.rows:
+            raise CliError(
+                f"{len(self.rows)} damaged row(s) in the store (listed as corrupt): "
+                + ", ".join(k for k, _ in self.rows)
+            )
+
+
 async def _cmd_actors(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    return await _list_actors(rt, args, await rt.store.list_actors(), "actors")
+    corrupt = _Corrupt()
+    records = await rt.store.list_actors(on_corrupt=corrupt)
+    return await _list_actors(rt, args, records, "actors", corrupt)
 
 
 async def _cmd_sessions(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    records = [r for r in await rt.store.list_actors() if _is_session(r)]
-    return await _list_actors(rt, args, records, "sessions")
+    # A damaged row cannot say whether it is a session: it is listed as corrupt here too.
+    corrupt = _Corrupt()
+    records = [r for r in await rt.store.list_actors(on_corrupt=corrupt) if _is_session(r)]
+    return await _list_actors(rt, args, records, "sessions", corrupt)
 
 
 async def _list_actors(
-    rt: tether.Runtime, args: argparse.Namespace, records: list[ActorRecord], what: str
+    rt: tether.Runtime,
+    args: argparse.Namespace,
+    records: list[ActorRecord],
+    what: str,
+    corrupt: _Corrupt,
 ) -> int:
     now = rt.clock()
-    rows = [await _actor_summary(rt.store, rec, now) for rec in records]
+    rows = [await _actor_summary(rt.store, rec, now, corrupt) for rec in records]
     if args.json:
-        _print_json(rows)
-    elif not rows:
+        _print_json([*rows, *corrupt.json("id")])
+    elif not rows and not corrupt.rows:
         print(f"no {what} in {args.db}")
+    elif not rows:
+        corrupt.print()
     else:
         print(
             _table(
@@ -421,11 +463,15 @@ async def _list_actors(
                 ],
             )
         )
+        corrupt.print()
+    corrupt.check()
     return EXIT_OK
 
 
-async def _actor_summary(store: Store, rec: ActorRecord, now: float) -> dict[str, Any]:
-    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT)
+async def _actor_summary(
+    store: Store, rec: ActorRecord, now: float, corrupt: _Corrupt
+) -> dict[str, Any]:
+    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT, on_corrupt=corrupt)
     return {
         "id": rec.actor_id,
         "class": rec.class_path,
@@ -468,14 +514,16 @@ async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     if rec is None:
         raise tether.ActorNotFound(args.actor_id)
     now = rt.clock()
-    summary = await _actor_summary(store, rec, now)
+    corrupt = _Corrupt()
+    summary = await _actor_summary(store, rec, now, corrupt)
     snap = await store.load_snapshot(rec.actor_id)
     after = await _journal_after(store, rec.actor_id, snap.seq if snap is not None else 0)
     total = summary["journal"]
     first = max(0, total - args.events)
     recent = await _journal_after(store, rec.actor_id, first) if args.events else []
-    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT)
-    effects = await store.find_effects(actor_id=rec.actor_id)
+    # Counted by the summary (damaged rows reported there); listed here.
+    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT, on_corrupt=_Corrupt())
+    effects = await store.find_effects(actor_id=rec.actor_id, on_corrupt=corrupt)
     approvals = await rt.approvals.pending(rec.actor_id)
     out: dict[str, Any] = {
         "actor": summary,
@@ -487,8 +535,11 @@ async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
         "effects": [_effect_view(e) for e in effects],
         "pending_approvals": [msgspec.to_builtins(a) for a in approvals],
     }
+    if corrupt.rows:
+        out["corrupt"] = corrupt.json("key")
     if args.json:
         _print_json(out)
+        corrupt.check()
         return EXIT_OK
     stop = f" ({rec.stop_reason})" if rec.stop_reason else ""
     lease = _lease_text(summary)
@@ -542,6 +593,10 @@ async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     print(f"pending approvals: {len(approvals)}")
     for a in approvals:
         print(f"  {a.request_id}  {a.tool}({_compact(a.args)})  deadline {_when(a.deadline, now)}")
+    if corrupt.rows:
+        print()
+        corrupt.print()
+    corrupt.check()
     return EXIT_OK
 
 
@@ -605,14 +660,17 @@ def _effect_view(e: EffectRecord) -> dict[str, Any]:
 
 
 async def _cmd_tree(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    roots = await rt.tree()
+    corrupt = _Corrupt()
+    roots = await rt.tree(on_corrupt=corrupt)
     if args.json:
-        _print_json(roots)
-    elif not roots:
+        _print_json([*msgspec.to_builtins(roots), *corrupt.json("id")])
+    elif not roots and not corrupt.rows:
         print(f"no actors in {args.db}")
     else:
         for root in roots:
             print(root.render())
+        corrupt.print()
+    corrupt.check()
     return EXIT_OK
 
 
@@ -746,14 +804,22 @@ async def _cmd_approvals_decide(rt: tether.Runtime, args: argparse.Namespace) ->
 
 
 async def _cmd_quarantine_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    rows = await rt.quarantine.list(args.actor)
+    corrupt = _Corrupt()
+    rows = await rt.quarantine.list(args.actor, on_corrupt=corrupt)
     if args.json:
-        _print_json(rows)
-        return EXIT_OK
-    if not rows:
+        _print_json([*msgspec.to_builtins(rows), *corrupt.json("key")])
+    elif not rows and not corrupt.rows:
         print("no quarantined effects")
-        return EXIT_OK
-    now = rt.clock()
+    else:
+        _print_quarantine(rows, rt.clock())
+        corrupt.print()
+    corrupt.check()
+    return EXIT_OK
+
+
+def _print_quarantine(rows: list[tether.QuarantinedEffect], now: float) -> None:
+    if not rows:
+        return
     print(
         _table(
             ["KEY", "ACTOR", "#", "TOOL", "ARGS", "ATTEMPTS", "SINCE", "REASON"],
@@ -772,7 +838,6 @@ async def _cmd_quarantine_list(rt: tether.Runtime, args: argparse.Namespace) -> 
             ],
         )
     )
-    return EXIT_OK
 
 
 async def _cmd_quarantine_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
@@ -835,14 +900,27 @@ async def _cmd_quarantine_resolve(rt: tether.Runtime, args: argparse.Namespace) 
 
 
 async def _cmd_dead_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    letters = await rt.dead_letters.list(args.actor)
+    corrupt = _Corrupt()
+    letters = await rt.dead_letters.list(args.actor, on_corrupt=corrupt)
     if args.json:
-        _print_json([{**msgspec.to_builtins(d), "payload": _decode(d.payload)} for d in letters])
-        return EXIT_OK
-    if not letters:
+        _print_json(
+            [
+                *({**msgspec.to_builtins(d), "payload": _decode(d.payload)} for d in letters),
+                *corrupt.json("msg_id"),
+            ]
+        )
+    elif not letters and not corrupt.rows:
         print("no dead letters")
-        return EXIT_OK
-    now = rt.clock()
+    else:
+        _print_dead_letters(letters, rt.clock())
+        corrupt.print()
+    corrupt.check()
+    return EXIT_OK
+
+
+def _print_dead_letters(letters: list[DeadLetter], now: float) -> None:
+    if not letters:
+        return
     print(
         _table(
             ["MSG_ID", "ACTOR", "TYPE", "ATTEMPTS", "WHEN", "REASON", "LAST ERROR"],
@@ -860,7 +938,6 @@ async def _cmd_dead_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
             ],
         )
     )
-    return EXIT_OK
 
 
 async def _cmd_dead_retry(rt: tether.Runtime, args: argparse.Namespace) -> int:

@@ -646,3 +646,94 @@ async def test_a_copy_of_a_store_without_its_wal_loses_only_what_was_not_checkpo
         assert not Path(str(copy) + "-wal").exists()  # noqa: ASYNC240
     async with fast(copy) as rt:
         assert [t.id for t in await rt.tree()] in ([], ["l"])
+
+
+# -- values of the wrong type (SQLite columns have affinity, not types) --------------------------
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("created_at", "x"), ("lease_expires", "abc"), ("fence", "z"), ("init", "text")],
+)
+async def test_an_actor_row_with_a_value_of_the_wrong_type_is_named_and_the_others_serve(
+    tmp_path: Path, logs: list[dict[str, Any]], column: str, value: str
+) -> None:
+    db = tmp_path / "a.db"
+    await two_ledgers(db)
+    sql(db, f"UPDATE actors SET {column} = ? WHERE actor_id = 'bad'", value)
+    async with fast(db) as rt:
+        with pytest.raises(tether.CorruptRecordError, match=rf"actors row 'bad'.*{column}"):
+            await rt.ref("bad").tell(b.Add(amount=4))
+        await rt.ref("good").tell(b.Add(amount=5))
+        await balance_is(rt, "good", [2, 5])
+        await anyio.sleep(0.4)  # the delayed message came due; scans found it again and again
+        assert [t.id for t in await rt.tree()] == ["good"]
+        assert "bad" not in rt.cells
+    [corrupt] = [e for e in logs if e["event"] == "actor_record_corrupt"]
+    assert corrupt["actor_id"] == "bad"
+    assert f"column {column} holds the text {value!r}" in corrupt["error"]
+    assert not [e for e in logs if e["event"] == "background_task_failed"]
+    # Nothing is lost: the delayed message waits in the mailbox until the row is repaired.
+    assert sql(db, "SELECT COUNT(*) FROM mailbox WHERE actor_id = 'bad'") == [(1,)]
+    assert await_nothing_dead(db)
+
+
+async def test_a_mailbox_row_with_a_value_of_the_wrong_type_waits_and_the_rest_are_delivered(
+    tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    db = tmp_path / "a.db"
+    async with fast(db) as rt:
+        ledger = await rt.spawn(b.Ledger, "l")
+        await ledger.tell(b.Add(amount=1), delay=0.2)
+        await ledger.tell(b.Add(amount=2), delay=0.2)
+    [(first, _), _] = sql(db, "SELECT msg_id, seq FROM mailbox ORDER BY seq")
+    sql(db, "UPDATE mailbox SET attempts = 'many' WHERE msg_id = ?", first)
+    async with fast(db) as rt:
+        await balance_is(rt, "l", [2])
+    [corrupt] = [e for e in logs if e["event"] == "mailbox_row_corrupt"]
+    assert corrupt["msg_id"] == first
+    assert "column attempts holds the text 'many'" in corrupt["error"]
+    assert sql(db, "SELECT msg_id FROM mailbox") == [(first,)]
+
+
+async def test_a_runtimes_row_with_a_value_of_the_wrong_type_does_not_stop_a_runtime_opening(
+    tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    db = tmp_path / "a.db"
+    await two_ledgers(db)
+    sql(db, "INSERT INTO runtimes VALUES ('ghost', ?, 'x', 0)", telemetry_host())
+    async with fast(db) as rt:
+        await rt.ref("good").tell(b.Add(amount=5))
+        await balance_is(rt, "good", [2, 5])
+    [corrupt] = [e for e in logs if e["event"] == "runtime_record_corrupt"]
+    assert "runtimes row 'ghost' is damaged: column pid holds the text 'x'" in corrupt["error"]
+
+
+def telemetry_host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+async def test_a_dead_letter_or_quarantined_effect_of_the_wrong_type_is_left_out_of_listings(
+    tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    db = tmp_path / "a.db"
+    key = await quarantined_ship(db)
+    async with fast(db, max_attempts=1) as rt:
+        for n in (1, 2):
+            await rt.ref("good").tell(b.Boom(key=f"k{n}", times=9))
+        with anyio.fail_after(5):
+            while len(await rt.dead_letters.list()) < 2:
+                await anyio.sleep(0.05)
+    [(bad_letter,), (good_letter,)] = sql(db, "SELECT msg_id FROM dead_letters ORDER BY created_at")
+    sql(db, "UPDATE dead_letters SET created_at = 'x' WHERE msg_id = ?", bad_letter)
+    sql(db, "UPDATE effects SET attempts = 'x' WHERE key = ?", key)
+    async with fast(db) as rt:
+        for _ in range(2):
+            assert [d.msg_id for d in await rt.dead_letters.list()] == [good_letter]
+            assert await rt.quarantine.list() == []
+        with pytest.raises(tether.CorruptRecordError, match="column created_at holds the text"):
+            await rt.dead_letters.retry(bad_letter)
+    assert [e["msg_id"] for e in logs if e["event"] == "dead_letter_corrupt"] == [bad_letter]
+    assert [e["effect_key"] for e in logs if e["event"] == "effect_record_corrupt"] == [key]

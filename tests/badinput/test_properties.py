@@ -324,9 +324,9 @@ def test_random_programs_keep_the_invariants(program: list[tuple[Any, ...]]) -> 
 class SlowScan(SqliteStore):
     """Mailbox scans take a while: widens the window between an activation and its first scan."""
 
-    async def pending(self, actor_id: str, now: float, limit: int) -> list[Any]:
+    async def pending(self, actor_id: str, now: float, limit: int, **kw: Any) -> list[Any]:
         await anyio.sleep(0.3)
-        return await super().pending(actor_id, now, limit)
+        return await super().pending(actor_id, now, limit, **kw)
 
 
 @pytest.mark.anyio

@@ -617,9 +617,18 @@ class Cell:
         else:
             self._idle_timer = loop.call_at(deadline, self._idle_check, loop)
 
+    def _corrupt_message(self, msg_id: str, exc: CorruptRecordError) -> None:
+        """A mailbox row damaged in the store: not delivered, left in the mailbox (nothing is
+        lost), logged once; the actor's other messages go on."""
+        telemetry.report_corrupt(
+            "mailbox_row_corrupt", msg_id, exc, actor_id=self._actor_id, msg_id=msg_id
+        )
+
     async def _rescan(self) -> None:
         """Pick up messages stored by other processes (or before this activation)."""
-        rows = await self.runtime.store.pending(self._actor_id, self.runtime.clock(), 1000)
+        rows = await self.runtime.store.pending(
+            self._actor_id, self.runtime.clock(), 1000, on_corrupt=self._corrupt_message
+        )
         fresh = [m for m in rows if m.msg_id not in self.known]
         if fresh:
             self.known.update(m.msg_id for m in fresh)

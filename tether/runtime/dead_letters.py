@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tether.errors import ActorStopped, ConfigError, DeadLetterNotFound
+from tether.errors import ActorStopped, ConfigError, CorruptRecordError, DeadLetterNotFound
 from tether.runtime import telemetry
 from tether.runtime.store import DeadLetter
 
@@ -19,16 +20,28 @@ def check_filter(actor_id: object) -> None:
         raise ConfigError(f"actor_id must be an actor id (a string) or None, not {actor_id!r}")
 
 
+def _report_corrupt(msg_id: str, exc: CorruptRecordError) -> None:
+    telemetry.report_corrupt("dead_letter_corrupt", msg_id, exc, msg_id=msg_id)
+
+
 class DeadLetters:
     """The dead-letter store of one Runtime. Nothing is dropped without a record here."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
 
-    async def list(self, actor_id: str | None = None) -> list[DeadLetter]:
-        """Dead letters, oldest first, each with its payload, attempts and error history."""
+    async def list(
+        self,
+        actor_id: str | None = None,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[DeadLetter]:
+        """Dead letters, oldest first, each with its payload, attempts and error history.
+
+        A row damaged in the store is left out and reported as ``on_corrupt(msg_id, error)``
+        (without it, logged once as ``dead_letter_corrupt``): the others are still listed."""
         check_filter(actor_id)
-        return await self._rt.store.dead_letters(actor_id)
+        return await self._rt.store.dead_letters(actor_id, on_corrupt=on_corrupt or _report_corrupt)
 
     async def retry(self, msg_id: str) -> None:
         """Put the message back at the end of its actor's mailbox with a fresh attempt count."""

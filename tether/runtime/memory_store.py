@@ -336,8 +336,13 @@ class MemoryStore:
         self._check()
         return self.actors.get(actor_id)
 
-    async def list_actors(self, *, parent_id: str | None = None) -> list[ActorRecord]:
-        self._check()
+    async def list_actors(
+        self,
+        *,
+        parent_id: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[ActorRecord]:
+        self._check()  # records held decoded: never damaged, on_corrupt is never called
         recs = [r for r in self.actors.values() if parent_id is None or r.parent_id == parent_id]
         return sorted(recs, key=lambda r: (r.created_at, r.actor_id))
 
@@ -365,7 +370,14 @@ class MemoryStore:
             parks=row.parks,
         )
 
-    async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
+    async def pending(
+        self,
+        actor_id: str,
+        now: float,
+        limit: int,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[StoredMessage]:
         self._check()
         rows = [r for r in self.mailbox.values() if r.msg.actor_id == actor_id and _due(r.msg, now)]
         return [self._stored(r) for r in rows[:limit]]
@@ -430,7 +442,9 @@ class MemoryStore:
         self._check()
         self.runtimes[runtime_id] = (runtime_id, host, pid, started)
 
-    async def list_runtimes(self) -> list[tuple[str, str, int, float]]:
+    async def list_runtimes(
+        self, *, on_corrupt: Callable[[str, CorruptRecordError], None] | None = None
+    ) -> list[tuple[str, str, int, float]]:
         self._check()
         return list(self.runtimes.values())
 
@@ -441,7 +455,12 @@ class MemoryStore:
             if rec.lease_owner == runtime_id:
                 self.actors[k] = msgspec.structs.replace(rec, lease_owner=None, lease_expires=0.0)
 
-    async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]:
+    async def dead_letters(
+        self,
+        actor_id: str | None = None,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[DeadLetter]:
         self._check()
         out = [d for d in self.dead.values() if actor_id is None or d.actor_id == actor_id]
         return sorted(out, key=lambda d: d.created_at)
@@ -491,7 +510,12 @@ class MemoryStore:
         return sorted(rows, key=lambda e: e.idx)
 
     async def find_effects(
-        self, *, actor_id: str | None = None, status: str | None = None, key: str | None = None
+        self,
+        *,
+        actor_id: str | None = None,
+        status: str | None = None,
+        key: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
     ) -> list[EffectRecord]:
         self._check()
         rows = [

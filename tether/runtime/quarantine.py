@@ -18,12 +18,14 @@ Every resolution is recorded in the effect's history with who made it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tether.actors.messages import UNENCODABLE
-from tether.errors import ConfigError, EffectNotFound
+from tether.errors import ConfigError, CorruptRecordError, EffectNotFound
+from tether.runtime import telemetry
 from tether.runtime.dead_letters import check_filter
 from tether.runtime.store import EffectRecord
 
@@ -46,16 +48,30 @@ class QuarantinedEffect(msgspec.Struct, frozen=True):
     since: float
 
 
+def _report_corrupt(key: str, exc: CorruptRecordError) -> None:
+    telemetry.report_corrupt("effect_record_corrupt", key, exc, effect_key=key)
+
+
 class Quarantine:
     """The runtime's view of quarantined effects (``rt.quarantine``)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
 
-    async def list(self, actor_id: str | None = None) -> list[QuarantinedEffect]:
-        """Every quarantined effect (of one actor, if given), oldest first."""
+    async def list(
+        self,
+        actor_id: str | None = None,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[QuarantinedEffect]:
+        """Every quarantined effect (of one actor, if given), oldest first.
+
+        A ledger row damaged in the store is left out and reported as ``on_corrupt(key,
+        error)`` (without it, logged once as ``effect_record_corrupt``)."""
         check_filter(actor_id)
-        rows = await self._rt.store.find_effects(actor_id=actor_id, status="quarantined")
+        rows = await self._rt.store.find_effects(
+            actor_id=actor_id, status="quarantined", on_corrupt=on_corrupt or _report_corrupt
+        )
         return [_view(r) for r in rows]
 
     async def get(self, key: str) -> QuarantinedEffect:

@@ -35,6 +35,7 @@ from tether.errors import (
     MessageDeadLettered,
     MessageRejected,
     RuntimeClosed,
+    StoreError,
     TetherError,
 )
 from tether.runtime import telemetry
@@ -296,7 +297,11 @@ class Runtime:
             created_at=self.clock(),
         )
         result = await self.committer.submit(Spawn(record))
-        stored = result.spawned[actor_id]
+        stored = result.spawned.get(actor_id)
+        if stored is None:  # the id is taken by a damaged row: this read names the damage
+            stored = await self.store.get_actor(actor_id)
+            if stored is None:
+                raise StoreError(f"spawning {actor_id!r} stored no record")
         if stored.class_path != spec.class_path:
             raise ConfigError(
                 f"actor id {actor_id!r} is taken by a {stored.class_path}, not a {spec.class_path}"
@@ -427,7 +432,10 @@ class Runtime:
                 cell.wake.set()
                 await cell.exited.wait()
             # A supervisor's children stop first, in reverse start order (OTP shutdown).
-            for child in reversed(await self.store.list_actors(parent_id=actor_id)):
+            children = await self.store.list_actors(
+                parent_id=actor_id, on_corrupt=self._report_corrupt_actor
+            )
+            for child in reversed(children):
                 if child.status == "active":
                     await self.stop(child.actor_id, f"supervisor {actor_id} stopped: {reason}")
             await self.committer.submit(self.stop_record(actor_id, reason))
@@ -756,9 +764,18 @@ class Runtime:
     async def _activate_quietly(self, actor_id: str) -> None:
         try:
             await self._activate(actor_id)
+        except CorruptRecordError as exc:
+            # Its row (or its parent's) is damaged: it is not served, its mail waits in the
+            # mailbox until the row is repaired. Logged once; retried after the backoff.
+            self._report_corrupt_actor(actor_id, exc)
+            self.activation_failed(actor_id, exc)
         except Exception as exc:  # noqa: BLE001 - recorded; retried after a backoff
             telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
             self.activation_failed(actor_id, exc)
+
+    @staticmethod
+    def _report_corrupt_actor(actor_id: str, exc: CorruptRecordError) -> None:
+        telemetry.report_corrupt("actor_record_corrupt", actor_id, exc, actor_id=actor_id)
 
     async def activate(self, actor_id: str) -> Cell | None:
         """Activate ``actor_id`` here if nobody else owns it; its cell, or None."""
@@ -921,7 +938,7 @@ class Runtime:
     async def _resume_resident_trees(self) -> None:
         """Bring back every top-level actor that never passivates (supervisors): the trees
         come back by themselves when a runtime opens on an existing store."""
-        for rec in await self.store.list_actors(parent_id=None):
+        for rec in await self.store.list_actors(on_corrupt=self._report_corrupt_actor):
             if rec.parent_id is not None or rec.status != "active":
                 continue
             try:
@@ -948,7 +965,12 @@ class Runtime:
 
     async def _reap_dead_runtimes(self) -> None:
         """Runtimes on this host whose process is gone give up their leases at once."""
-        for runtime_id, host, pid, started in await self.store.list_runtimes():
+        runtimes = await self.store.list_runtimes(
+            on_corrupt=lambda key, exc: telemetry.report_corrupt(
+                "runtime_record_corrupt", key, exc, runtime_id=key
+            )
+        )
+        for runtime_id, host, pid, started in runtimes:
             if runtime_id == self.runtime_id or host != self.host:
                 continue
             if process_gone(pid, started):
@@ -1011,10 +1033,15 @@ class Runtime:
 
     # -- introspection ------------------------------------------------------------------------
 
-    async def tree(self) -> list[TreeNode]:
+    async def tree(
+        self, *, on_corrupt: Callable[[str, CorruptRecordError], None] | None = None
+    ) -> list[TreeNode]:
         """The supervision tree: every actor in the store under its supervisor, with its live
-        status, restart count and last failure. Top-level actors are the roots."""
-        records = await self.store.list_actors()
+        status, restart count and last failure. Top-level actors are the roots.
+
+        An actor whose row is damaged is left out (its children become roots) and reported as
+        ``on_corrupt(actor_id, error)``; without ``on_corrupt``, logged once."""
+        records = await self.store.list_actors(on_corrupt=on_corrupt or self._report_corrupt_actor)
         children: dict[str | None, list[ActorRecord]] = {}
         for rec in records:
             children.setdefault(rec.parent_id, []).append(rec)

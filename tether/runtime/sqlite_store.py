@@ -800,7 +800,11 @@ class SqliteStore:
             rows = await db.execute_fetchall(
                 f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE actor_id IN ({marks})", chunk
             )
-            out.extend(_actor(r) for r in rows)
+            # Inside a batch: a damaged row is left out (its spawn or lease is not reported as
+            # done), never raised, which would roll back every other actor's writes too.
+            out.extend(
+                ActorRecord(*r) for r in _checked("actors", rows, _ACTOR_TYPES, _ignore_corrupt)
+            )
         return out
 
     # -- reads --------------------------------------------------------------------------------
@@ -811,7 +815,12 @@ class SqliteStore:
         )
         return _actor(rows[0]) if rows else None
 
-    async def list_actors(self, *, parent_id: str | None = None) -> list[ActorRecord]:
+    async def list_actors(
+        self,
+        *,
+        parent_id: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[ActorRecord]:
         if parent_id is None:
             rows = await self._read(
                 f"SELECT {_ACTOR_COLUMNS} FROM actors ORDER BY created_at, actor_id"
@@ -821,7 +830,7 @@ class SqliteStore:
                 f"SELECT {_ACTOR_COLUMNS} FROM actors WHERE parent_id = ? ORDER BY created_at, actor_id",
                 (parent_id,),
             )
-        return [_actor(r) for r in rows]
+        return [ActorRecord(*r) for r in _checked("actors", rows, _ACTOR_TYPES, on_corrupt)]
 
     async def load_snapshot(self, actor_id: str) -> Snapshot | None:
         rows = await self._read("SELECT seq, state FROM snapshots WHERE actor_id = ?", (actor_id,))
@@ -834,13 +843,24 @@ class SqliteStore:
         )
         return [JournalRow(seq, payload) for seq, payload in rows]
 
-    async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
+    async def pending(
+        self,
+        actor_id: str,
+        now: float,
+        limit: int,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[StoredMessage]:
+        # A deliver_at that is not a number is never "<= now" (SQLite orders text after every
+        # number): such a row is read too, to be reported, not left waiting unseen.
         rows = await self._read(
-            "SELECT seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks "
-            "FROM mailbox WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at) "
-            "ORDER BY seq LIMIT ?",
+            f"SELECT {_MAILBOX_COLUMNS} "
+            "FROM mailbox WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at "
+            "OR typeof(deliver_at) NOT IN ('real', 'integer')) ORDER BY seq LIMIT ?",
             (actor_id, now, limit),
         )
+        if on_corrupt is not None or not _all_typed(rows, _MAILBOX_TYPES):
+            rows = list(_checked("mailbox", rows, _MAILBOX_TYPES, on_corrupt, _msg_key))
         return [
             StoredMessage(
                 msg_id=msg_id,
@@ -903,9 +923,7 @@ class SqliteStore:
 
     async def dead_letter(self, msg_id: str) -> DeadLetter | None:
         rows = await self._read(
-            "SELECT msg_id, actor_id, type, payload, attempts, errors, reason, created_at "
-            "FROM dead_letters WHERE msg_id = ?",
-            (msg_id,),
+            f"SELECT {_DEAD_COLUMNS} FROM dead_letters WHERE msg_id = ?", (msg_id,)
         )
         return _dead_letter(rows[0]) if rows else None
 
@@ -915,14 +933,21 @@ class SqliteStore:
         )
         return [r[0] for r in rows]
 
-    async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]:
-        sql = "SELECT msg_id, actor_id, type, payload, attempts, errors, reason, created_at FROM dead_letters"
+    async def dead_letters(
+        self,
+        actor_id: str | None = None,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[DeadLetter]:
+        sql = f"SELECT {_DEAD_COLUMNS} FROM dead_letters"
         rows = await (
             self._read(sql + " WHERE actor_id = ? ORDER BY created_at", (actor_id,))
             if actor_id is not None
             else self._read(sql + " ORDER BY created_at")
         )
-        return [_dead_letter(r) for r in rows]
+        if on_corrupt is None:
+            return [_dead_letter(r) for r in rows]
+        return [_dead_letter(r) for r in _checked("dead_letters", rows, _DEAD_TYPES, on_corrupt)]
 
     # -- small writes outside the group committer ---------------------------------------------
 
@@ -951,9 +976,13 @@ class SqliteStore:
             ]
         )
 
-    async def list_runtimes(self) -> list[tuple[str, str, int, float]]:
-        rows = await self._read("SELECT runtime_id, host, pid, started_at FROM runtimes")
-        return [(r, h, p, s) for r, h, p, s in rows]
+    async def list_runtimes(
+        self, *, on_corrupt: Callable[[str, CorruptRecordError], None] | None = None
+    ) -> list[tuple[str, str, int, float]]:
+        rows = await self._read(f"SELECT {_RUNTIME_COLUMNS} FROM runtimes")
+        return [
+            (r, h, p, s) for r, h, p, s in _checked("runtimes", rows, _RUNTIME_TYPES, on_corrupt)
+        ]
 
     async def remove_runtime(self, runtime_id: str) -> None:
         await self._write(
@@ -1009,7 +1038,12 @@ class SqliteStore:
         return [_effect(r) for r in rows]
 
     async def find_effects(
-        self, *, actor_id: str | None = None, status: str | None = None, key: str | None = None
+        self,
+        *,
+        actor_id: str | None = None,
+        status: str | None = None,
+        key: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
     ) -> list[EffectRecord]:
         where, params = [], []
         for column, value in (("actor_id", actor_id), ("status", status), ("key", key)):
@@ -1020,7 +1054,11 @@ class SqliteStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         rows = await self._read(sql + " ORDER BY created_at, actor_id, msg_id, idx", params)
-        return [_effect(r) for r in rows]
+        if on_corrupt is None:
+            return [_effect(r) for r in rows]
+        return [
+            _effect(r) for r in _checked("effects", rows, _EFFECT_TYPES, on_corrupt, _effect_key)
+        ]
 
     async def recent_effects(
         self,
@@ -1187,6 +1225,7 @@ def _effect_row(e: EffectRecord) -> tuple[Any, ...]:
 
 
 def _effect(row: Sequence[Any]) -> EffectRecord:
+    _check_row("effects", _effect_key(row), row, _EFFECT_TYPES)
     (actor_id, msg_id, idx, key, tool, input_hash, args, status, attempts, result, error,
      reason, history, created_at, updated_at) = row  # fmt: skip
     return EffectRecord(
@@ -1239,14 +1278,91 @@ async def _unpark(db: _Tx, msg_id: str, now: float) -> bool:
     return True
 
 
+# -- rows of the wrong type ----------------------------------------------------------------------
+#
+# SQLite columns have type affinity, not types: text written by hand (or a disk fault) into a
+# REAL or INTEGER column stays text, and a TEXT column keeps a blob. tether never writes such a
+# value, and msgspec does not check the fields of a record built from a row: every row read
+# into a record is checked here, column by column (plain ``type(...)`` checks), and a wrong one
+# raises CorruptRecordError naming the table, the row, the column and the value.
+
+Kind = tuple[tuple[type, ...], str]  # the Python types a column's values may have; its name
+_TEXT: Kind = ((str,), "text")
+_TEXT_OR_NULL: Kind = ((str, type(None)), "text or NULL")
+_BLOB: Kind = ((bytes,), "a blob")
+_BLOB_OR_NULL: Kind = ((bytes, type(None)), "a blob or NULL")
+_INT: Kind = ((int,), "an integer")
+_REAL: Kind = ((float, int), "a number")
+_WHAT = {str: "the text", bytes: "the blob", int: "the integer", float: "the number"}
+Columns = tuple[tuple[str, tuple[type, ...], str], ...]
+
+
+def _columns(names: str, *kinds: Kind) -> Columns:
+    return tuple(
+        (name.strip(), types, wanted)
+        for name, (types, wanted) in zip(names.split(","), kinds, strict=True)
+    )
+
+
+def _check_row(table: str, key: Any, row: Sequence[Any], columns: Columns) -> None:
+    """Raise CorruptRecordError if a value of ``row`` is not of its column's type."""
+    for value, (column, types, wanted) in zip(row, columns, strict=True):
+        if type(value) not in types:
+            shown = repr(value)
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            raise CorruptRecordError(
+                f"{table} row {key!r} is damaged: column {column} holds "
+                f"{_WHAT.get(type(value), 'the value')} {shown}, not {wanted}"
+            )
+
+
+def _ignore_corrupt(key: str, error: CorruptRecordError) -> None:
+    pass
+
+
+def _checked(
+    table: str,
+    rows: Iterable[Sequence[Any]],
+    columns: Columns,
+    on_corrupt: Callable[[str, CorruptRecordError], None] | None,
+    key: Callable[[Sequence[Any]], Any] = lambda row: row[0],
+) -> Iterator[Sequence[Any]]:
+    """The rows of the right types; a wrong one raises, or goes to ``on_corrupt(key, error)``."""
+    for row in rows:
+        try:
+            _check_row(table, key(row), row, columns)
+        except CorruptRecordError as exc:
+            if on_corrupt is None:
+                raise
+            on_corrupt(str(key(row)), exc)
+            continue
+        yield row
+
+
 _ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
+_ACTOR_TYPES = _columns(
+    _ACTOR_COLUMNS,
+    _TEXT,
+    _TEXT,
+    _BLOB,
+    _TEXT_OR_NULL,
+    _TEXT,
+    _TEXT_OR_NULL,
+    _INT,
+    _TEXT_OR_NULL,
+    _REAL,
+    _REAL,
+)
 
 
 def _actor(row: Sequence[Any]) -> ActorRecord:
+    _check_row("actors", row[0], row, _ACTOR_TYPES)
     return ActorRecord(*row)
 
 
 def _dead_letter(row: Sequence[Any]) -> DeadLetter:
+    _check_row("dead_letters", row[0], row, _DEAD_TYPES)
     msg_id, actor_id, type_, payload, attempts, errors, reason, created_at = row
     return DeadLetter(
         msg_id=msg_id,
@@ -1258,3 +1374,53 @@ def _dead_letter(row: Sequence[Any]) -> DeadLetter:
         reason=reason,
         created_at=created_at,
     )
+
+
+_MAILBOX_COLUMNS = "seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks"
+_MAILBOX_TYPES = _columns(
+    _MAILBOX_COLUMNS, _INT, _TEXT, _TEXT, _BLOB, _REAL, _INT, _BLOB_OR_NULL, _INT, _INT
+)
+
+
+def _msg_key(row: Sequence[Any]) -> Any:
+    return row[1]
+
+
+def _all_typed(rows: Sequence[Sequence[Any]], columns: Columns) -> bool:
+    """Whether every value of ``rows`` has its column's type (checked per column, fast)."""
+    for i, (_, types, _) in enumerate(columns):
+        for row in rows:
+            if type(row[i]) not in types:
+                return False
+    return True
+
+
+_DEAD_COLUMNS = "msg_id, actor_id, type, payload, attempts, errors, reason, created_at"
+_DEAD_TYPES = _columns(_DEAD_COLUMNS, _TEXT, _TEXT, _TEXT, _BLOB, _INT, _BLOB_OR_NULL, _TEXT, _REAL)
+
+_EFFECT_TYPES = _columns(
+    _EFFECT_COLUMNS,
+    _TEXT,
+    _TEXT,
+    _INT,
+    _TEXT,
+    _TEXT,
+    _TEXT,
+    _BLOB,
+    _TEXT,
+    _INT,
+    _BLOB_OR_NULL,
+    _TEXT_OR_NULL,
+    _TEXT_OR_NULL,
+    _BLOB_OR_NULL,
+    _REAL,
+    _REAL,
+)
+
+
+def _effect_key(row: Sequence[Any]) -> Any:
+    return row[3]
+
+
+_RUNTIME_COLUMNS = "runtime_id, host, pid, started_at"
+_RUNTIME_TYPES = _columns(_RUNTIME_COLUMNS, _TEXT, _TEXT, _INT, _REAL)

@@ -359,20 +359,44 @@ class Store(Protocol):
         fenced writes, which are skipped and reported in ``BatchResult.stale``)."""
         ...
 
-    async def get_actor(self, actor_id: str) -> ActorRecord | None: ...
+    async def get_actor(self, actor_id: str) -> ActorRecord | None:
+        """The actor's record; ``CorruptRecordError`` naming the column if its row is damaged
+        (a value of the wrong type, written into the store by hand or by a disk fault)."""
+        ...
 
-    async def list_actors(self, *, parent_id: str | None = None) -> list[ActorRecord]: ...
+    async def list_actors(
+        self,
+        *,
+        parent_id: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[ActorRecord]:
+        """Actors (of ``parent_id`` if given), oldest first. A damaged row raises
+        ``CorruptRecordError``, unless ``on_corrupt`` is given: then it is left out and
+        reported as ``on_corrupt(actor_id, error)``, like ``find_approvals``."""
+        ...
 
     async def load_snapshot(self, actor_id: str) -> Snapshot | None: ...
 
     async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]: ...
 
-    async def pending(self, actor_id: str, now: float, limit: int) -> list[StoredMessage]:
+    async def pending(
+        self,
+        actor_id: str,
+        now: float,
+        limit: int,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[StoredMessage]:
         """Due messages of one actor, in mailbox order.
 
         "Due" here and in ``new_messages`` and ``orphaned``: ``deliver_at <= now``, or sent
         without a delay (``deliver_at == created_at``): such a message is due at once even if
-        the reader's clock is a little behind the sender's."""
+        the reader's clock is a little behind the sender's.
+
+        Here, in ``dead_letters``, ``find_effects`` and ``list_runtimes``: a row damaged in the
+        store (a value of the wrong type) raises ``CorruptRecordError`` naming its table, key,
+        column and value, unless ``on_corrupt`` is given: then it is left out and reported as
+        ``on_corrupt(key, error)``. A store that keeps decoded records never calls it."""
         ...
 
     async def new_messages(
@@ -406,11 +430,18 @@ class Store(Protocol):
         self, runtime_id: str, host: str, pid: int, started: float
     ) -> None: ...
 
-    async def list_runtimes(self) -> list[tuple[str, str, int, float]]: ...
+    async def list_runtimes(
+        self, *, on_corrupt: Callable[[str, CorruptRecordError], None] | None = None
+    ) -> list[tuple[str, str, int, float]]: ...
 
     async def remove_runtime(self, runtime_id: str) -> None: ...
 
-    async def dead_letters(self, actor_id: str | None = None) -> list[DeadLetter]: ...
+    async def dead_letters(
+        self,
+        actor_id: str | None = None,
+        *,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
+    ) -> list[DeadLetter]: ...
 
     async def dead_letter(self, msg_id: str) -> DeadLetter | None: ...
 
@@ -431,7 +462,12 @@ class Store(Protocol):
         ...
 
     async def find_effects(
-        self, *, actor_id: str | None = None, status: str | None = None, key: str | None = None
+        self,
+        *,
+        actor_id: str | None = None,
+        status: str | None = None,
+        key: str | None = None,
+        on_corrupt: Callable[[str, CorruptRecordError], None] | None = None,
     ) -> list[EffectRecord]:
         """Ledger rows matching every filter given, oldest first."""
         ...

@@ -136,7 +136,13 @@ class Supervision:
 
     async def fail_subtree(self, actor_id: str, reason: str) -> None:
         """Stop ``actor_id`` and everything under it for good, recorded as failed."""
-        for child in reversed(await self.rt.store.list_actors(parent_id=actor_id)):
+        children = await self.rt.store.list_actors(
+            parent_id=actor_id,
+            on_corrupt=lambda key, exc: telemetry.report_corrupt(
+                "actor_record_corrupt", key, exc, actor_id=key
+            ),
+        )
+        for child in reversed(children):
             if child.status == "active":
                 await self.fail_subtree(child.actor_id, f"supervisor {actor_id} failed: {reason}")
         self.held[actor_id] = "stopped"

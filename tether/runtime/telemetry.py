@@ -155,3 +155,17 @@ def supervision_event(name: str, actor_id: str, **fields: object) -> None:
         span.add_event(
             f"tether.{name}", {"actor_id": actor_id, **{k: str(v) for k, v in fields.items()}}
         )
+
+
+# Damaged store rows this process has already logged: scans and listings read them again and
+# again, and one error naming the row is enough (reading it by its key still raises each time).
+_reported_corrupt: set[tuple[str, str, str]] = set()
+
+
+def report_corrupt(event: str, key: str, error: Exception, **fields: object) -> None:
+    """Log, once per process (per row and error), a damaged row that was left out."""
+    seen = (event, key, str(error))
+    if seen in _reported_corrupt:
+        return
+    _reported_corrupt.add(seen)
+    log.error(event, error=str(error), **fields)
