@@ -394,9 +394,11 @@ def _is_session(record: ActorRecord) -> bool:
 
 class _Corrupt:
     """Damaged rows a listing left out, by key: listed after the readable ones, then the
-    command fails naming them (one damaged row must not hide the others)."""
+    command fails naming them (one damaged row must not hide the others, and a script must
+    still learn that something was not read)."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str = "damaged row(s) in the store") -> None:
+        self.what = what
         self.rows: list[tuple[str, str]] = []
 
     def __call__(self, key: str, exc: tether.CorruptRecordError) -> None:
@@ -412,7 +414,7 @@ class _Corrupt:
     def check(self) -> None:
         if self.rows:
             raise CliError(
-                f"{len(self.rows)} damaged row(s) in the store (listed as corrupt): "
+                f"{len(self.rows)} {self.what} (listed as corrupt): "
                 + ", ".join(k for k, _ in self.rows)
             )
 
@@ -679,36 +681,23 @@ async def _cmd_tree(rt: tether.Runtime, args: argparse.Namespace) -> int:
 
 async def _cmd_approvals_list(rt: tether.Runtime, args: argparse.Namespace) -> int:
     status = None if args.status == "all" else args.status
-    # A request whose record cannot be decoded is listed as corrupt, by id: one damaged row
-    # must not hide the others (``approvals show`` on it gives the error).
-    corrupt: list[tuple[str, str]] = []
+    # A request whose record cannot be decoded is listed as corrupt, by id (``approvals show``
+    # on it gives the error).
+    corrupt = _Corrupt("approval request(s) cannot be decoded")
     records = await rt.store.find_approvals(
-        status=status,
-        actor_id=args.session,
-        on_corrupt=lambda request_id, exc: corrupt.append((request_id, str(exc))),
+        status=status, actor_id=args.session, on_corrupt=corrupt
     )
     rows = [approval_view(r) for r in records]
     if args.json:
-        _print_json(
-            [
-                *rows,
-                *({"request_id": rid, "status": "corrupt", "error": err} for rid, err in corrupt),
-            ]
-        )
-    elif not rows and not corrupt:
+        _print_json([*rows, *corrupt.json("request_id")])
+    elif not rows and not corrupt.rows:
         which = "" if status is None else f"{status} "
         print(f"no {which}approval requests")
     else:
         if rows:
             _print_approvals_table(rows, rt.clock())
-        for _, err in corrupt:
-            print(_one_line(f"corrupt: {err}"))
-    if corrupt:
-        # Everything readable was listed; a script must still learn that something was not.
-        raise CliError(
-            f"{len(corrupt)} approval request(s) cannot be decoded (listed as corrupt): "
-            + ", ".join(rid for rid, _ in corrupt)
-        )
+        corrupt.print()
+    corrupt.check()
     return EXIT_OK
 
 
