@@ -433,7 +433,7 @@ class Runtime:
                 await cell.exited.wait()
             # A supervisor's children stop first, in reverse start order (OTP shutdown).
             children = await self.store.list_actors(
-                parent_id=actor_id, on_corrupt=self._report_corrupt_actor
+                parent_id=actor_id, on_corrupt=self.report_corrupt_actor
             )
             for child in reversed(children):
                 if child.status == "active":
@@ -767,14 +767,14 @@ class Runtime:
         except CorruptRecordError as exc:
             # Its row (or its parent's) is damaged: it is not served, its mail waits in the
             # mailbox until the row is repaired. Logged once; retried after the backoff.
-            self._report_corrupt_actor(actor_id, exc)
+            self.report_corrupt_actor(actor_id, exc)
             self.activation_failed(actor_id, exc)
         except Exception as exc:  # noqa: BLE001 - recorded; retried after a backoff
             telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
             self.activation_failed(actor_id, exc)
 
     @staticmethod
-    def _report_corrupt_actor(actor_id: str, exc: CorruptRecordError) -> None:
+    def report_corrupt_actor(actor_id: str, exc: CorruptRecordError) -> None:
         telemetry.report_corrupt("actor_record_corrupt", actor_id, exc, actor_id=actor_id)
 
     async def activate(self, actor_id: str) -> Cell | None:
@@ -938,7 +938,7 @@ class Runtime:
     async def _resume_resident_trees(self) -> None:
         """Bring back every top-level actor that never passivates (supervisors): the trees
         come back by themselves when a runtime opens on an existing store."""
-        for rec in await self.store.list_actors(on_corrupt=self._report_corrupt_actor):
+        for rec in await self.store.list_actors(on_corrupt=self.report_corrupt_actor):
             if rec.parent_id is not None or rec.status != "active":
                 continue
             try:
@@ -1041,7 +1041,7 @@ class Runtime:
 
         An actor whose row is damaged is left out (its children become roots) and reported as
         ``on_corrupt(actor_id, error)``; without ``on_corrupt``, logged once."""
-        records = await self.store.list_actors(on_corrupt=on_corrupt or self._report_corrupt_actor)
+        records = await self.store.list_actors(on_corrupt=on_corrupt or self.report_corrupt_actor)
         children: dict[str | None, list[ActorRecord]] = {}
         for rec in records:
             children.setdefault(rec.parent_id, []).append(rec)

@@ -137,10 +137,7 @@ class Supervision:
     async def fail_subtree(self, actor_id: str, reason: str) -> None:
         """Stop ``actor_id`` and everything under it for good, recorded as failed."""
         children = await self.rt.store.list_actors(
-            parent_id=actor_id,
-            on_corrupt=lambda key, exc: telemetry.report_corrupt(
-                "actor_record_corrupt", key, exc, actor_id=key
-            ),
+            parent_id=actor_id, on_corrupt=self.rt.report_corrupt_actor
         )
         for child in reversed(children):
             if child.status == "active":
