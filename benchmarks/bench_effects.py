@@ -1,9 +1,10 @@
-"""The cost of the effects ledger (issue #4), side by side with DBOS, in one run.
+"""The cost of the effects ledger (issues #4, #20), beside the floor, LangGraph and DBOS, in one run.
 
     python benchmarks/bench_effects.py                  # full run: median of 5 runs (+1 warm-up)
     python benchmarks/bench_effects.py --quick          # smoke mode for CI: small sizes, 1 run
     python benchmarks/bench_effects.py --json out.json  # also write the raw per-run samples
     python benchmarks/bench_effects.py --runs 9         # more runs per figure
+    python benchmarks/bench_effects.py --charts DIR     # also draw DIR/peers.png
 
 Figures (each a rate, count / seconds: the median of N runs, with min and max; the method of
 ``benchmarks/run.py``: one warm-up run, then interleaved rounds, every run checks its result):
@@ -26,6 +27,12 @@ Figures (each a rate, count / seconds: the median of N runs, with min and max; t
      ``asyncio.gather``), ``threads100`` (the sync workflow called from a pool of 100
      threads); each with DBOS's default SQLite setup (``journal_mode=delete``) and with the
      file switched to WAL first (``_wal``). Every workflow's result is checked.
+   * ``1.floor_effects``: ``bench_floor.floor_effects``, the least program that keeps the same
+     promises (intent committed before each call, receipt, event, on tether's schema).
+   * ``1.langgraph_{sync,async}``: LangGraph, a 3-node graph (one node per tool) with its SQLite
+     checkpointer (``AsyncSqliteSaver``), one thread per session, 100 sessions at once, with
+     ``durability="sync"`` and with LangGraph's default ``"async"`` (``peer_langgraph.py``, in
+     a child process). Each thread's stored state is checked after every run.
 
 2. the added latency of one effect: one session, sequential asks, each message making
    ``EFFECTS_PER_STEP`` calls of the same trivial tool:
@@ -37,12 +44,14 @@ Figures (each a rate, count / seconds: the median of N runs, with min and max; t
    Derived: microseconds per effect and per bare call (both including their share of the
    step), the added microseconds of one effect (intent + receipt) and the ratio.
 
-Targets (on medians, PASS or MISS, never adjusted): tether sessions >= 50x DBOS, against the
-best DBOS figure of the run (whichever variant it is; the table names it).
+Targets (on medians, PASS or MISS, never adjusted): tether sessions >= 50x DBOS (#4), against
+the best DBOS figure of the run (whichever variant it is; the table names it); and, from #20,
+tether >= 50x LangGraph in each durability mode, tether ahead of the best DBOS, tether >= 0.6x
+the floor.
 
 Nothing here asserts anything about wall-clock time: the exit status is 1 only if a scenario
-computes a wrong result, raises or hangs. Without DBOS installed (``pip install -e
-'.[bench]'``) or if it cannot start, its figures show as skipped and the target as n/a.
+computes a wrong result, raises or hangs. Without DBOS or LangGraph installed (``pip install -e
+'.[bench]'``) or if one cannot start, its figures show as skipped and its targets as n/a.
 """
 
 from __future__ import annotations
@@ -50,18 +59,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import traceback
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import msgspec
@@ -70,17 +75,19 @@ import structlog
 import tether
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run
+from children import PipeChild, serve
 from run import (  # the house method, shared with run.py
-    DATA_DIR,
     Bench,
     Figure,
     Sample,
     Scenario,
+    figure_rows,
     finish,
-    fmt,
     rm_scratch,
     run_meta,
     scratch_dir,
+    target_rows,
 )
 
 # The runtime's info lines would drown the table.
@@ -101,12 +108,29 @@ class Sizes:
     latency_steps: int  # sequential messages of the one-session latency figures
     dbos_seq: int  # workflows per run, started and awaited one after another
     dbos_concurrent: int  # workflows per run of each concurrent variant
+    # graph runs per run of each LangGraph figure, over all sessions (0: no LangGraph). Fewer
+    # than tether's steps: at ~100 steps/s a LangGraph run of 2,000 steps takes 20-30 s.
+    langgraph_steps: int = 0
 
 
 FULL = Sizes(
-    runs=5, sessions=100, steps=2_000, latency_steps=200, dbos_seq=300, dbos_concurrent=300
+    runs=5,
+    sessions=100,
+    steps=2_000,
+    latency_steps=200,
+    dbos_seq=300,
+    dbos_concurrent=300,
+    langgraph_steps=500,
 )
-QUICK = Sizes(runs=1, sessions=100, steps=300, latency_steps=20, dbos_seq=30, dbos_concurrent=100)
+QUICK = Sizes(
+    runs=1,
+    sessions=100,
+    steps=300,
+    latency_steps=20,
+    dbos_seq=30,
+    dbos_concurrent=100,
+    langgraph_steps=100,
+)
 EFFECTS_PER_STEP = 10  # calls per message in the latency figures
 
 
@@ -268,17 +292,20 @@ async def tether_latency(steps: int, ledger: bool) -> Sample:
 
 
 def dbos_child(mode: str) -> None:
-    """Launch DBOS on a fresh SQLite system database, then serve one command line per round
-    from stdin: ``{"seq": n, "concurrent": n}`` -> ``@@{figure: [count, seconds], ...}``."""
-    out = sys.stdout
-    sys.stdout = sys.stderr  # only our result lines on the pipe
+    """Launch DBOS on a fresh SQLite system database, then serve one command per round:
+    ``{"seq": n, "concurrent": n}`` -> ``{"sample": {figure: [count, seconds], ...}}``."""
     import concurrent.futures
 
     from dbos import DBOS, DBOSConfig
 
     d = scratch_dir(f"dbos-{mode}")
     db = d / "dbos_sys.sqlite"
-    try:
+    counter = iter(range(10**9))  # every workflow gets fresh input
+    wf: Any = None
+    awf: Any = None
+
+    def ready() -> dict[str, Any]:
+        nonlocal wf, awf
         if mode == "wal":  # switch the file to WAL before DBOS opens it (as the peer bench)
             c = sqlite3.connect(db)
             c.execute("PRAGMA journal_mode=WAL")
@@ -304,7 +331,7 @@ def dbos_child(mode: str) -> None:
             return x - 3
 
         @DBOS.workflow()
-        def wf(x: int) -> int:
+        def wf_(x: int) -> int:
             return d3(d2(d1(x)))
 
         @DBOS.step()
@@ -320,119 +347,71 @@ def dbos_child(mode: str) -> None:
             return x - 3
 
         @DBOS.workflow()
-        async def awf(x: int) -> int:
+        async def awf_(x: int) -> int:
             return await ad3(await ad2(await ad1(x)))
 
+        wf, awf = wf_, awf_
         DBOS.launch()
         jm = sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0]
-        counter = iter(range(10**9))  # every workflow gets fresh input
+        return {"ready": True, "journal_mode": jm}
 
-        def seq(n: int) -> tuple[int, float]:
-            xs = [next(counter) for _ in range(n)]
-            t0 = time.perf_counter()
+    def seq(n: int) -> tuple[int, float]:
+        xs = [next(counter) for _ in range(n)]
+        t0 = time.perf_counter()
+        for x in xs:
+            assert wf(x) == workflow(x)
+        return n, time.perf_counter() - t0
+
+    def async_concurrent(n: int) -> tuple[int, float]:
+        xs = iter([next(counter) for _ in range(n)])
+
+        async def caller() -> None:
             for x in xs:
-                assert wf(x) == workflow(x)
-            return n, time.perf_counter() - t0
+                assert await awf(x) == workflow(x)
 
-        def async_concurrent(n: int) -> tuple[int, float]:
-            xs = iter([next(counter) for _ in range(n)])
+        async def go() -> float:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(caller() for _ in range(CONCURRENCY)))
+            return time.perf_counter() - t0
 
-            async def caller() -> None:
-                for x in xs:
-                    assert await awf(x) == workflow(x)
+        return n, asyncio.run(go())
 
-            async def go() -> float:
-                t0 = time.perf_counter()
-                await asyncio.gather(*(caller() for _ in range(CONCURRENCY)))
-                return time.perf_counter() - t0
+    def threads_concurrent(n: int) -> tuple[int, float]:
+        xs = [next(counter) for _ in range(n)]
+        with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
+            t0 = time.perf_counter()
+            got = list(pool.map(wf, xs))
+            dt = time.perf_counter() - t0
+        assert got == [workflow(x) for x in xs]
+        return n, dt
 
-            return n, asyncio.run(go())
+    def handle(cmd: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "sample": {
+                f"1.dbos_seq_{mode}": seq(cmd["seq"]),
+                f"1.dbos_async100_{mode}": async_concurrent(cmd["concurrent"]),
+                f"1.dbos_threads100_{mode}": threads_concurrent(cmd["concurrent"]),
+            }
+        }
 
-        def threads_concurrent(n: int) -> tuple[int, float]:
-            xs = [next(counter) for _ in range(n)]
-            with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
-                t0 = time.perf_counter()
-                got = list(pool.map(wf, xs))
-                dt = time.perf_counter() - t0
-            assert got == [workflow(x) for x in xs]
-            return n, dt
-
-        print("@@" + json.dumps({"ready": True, "journal_mode": jm}), file=out, flush=True)
-        for line in sys.stdin:
-            cmd = json.loads(line)
-            if cmd.get("quit"):
-                break
-            try:
-                sample = {
-                    f"1.dbos_seq_{mode}": seq(cmd["seq"]),
-                    f"1.dbos_async100_{mode}": async_concurrent(cmd["concurrent"]),
-                    f"1.dbos_threads100_{mode}": threads_concurrent(cmd["concurrent"]),
-                }
-                reply: dict[str, Any] = {"sample": sample}
-            except Exception as exc:
-                traceback.print_exc()
-                reply = {"error": f"{type(exc).__name__}: {exc}"}
-            print("@@" + json.dumps(reply), file=out, flush=True)
+    try:
+        serve(ready, handle)
     finally:
         with contextlib.suppress(Exception):
             DBOS.destroy()
         rm_scratch(d)
 
 
-class DbosChild:
+class DbosChild(PipeChild):
     """A DBOS child process (one journal mode), driven one round at a time."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.log: IO[str] = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- closed in close()
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--dbos-child", mode],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-        )
-        self.journal_mode = str(self._read(timeout=120.0)["journal_mode"])
-
-    def _read(self, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"DBOS child ({self.mode}) exited: {self.stderr_tail()}")
-            if line.startswith("@@"):
-                reply: dict[str, Any] = json.loads(line[2:])
-                if "error" in reply:
-                    raise RuntimeError(reply["error"])
-                return reply
-        raise TimeoutError(f"DBOS child ({self.mode}) did not answer in {timeout:.0f} s")
-
-    def stderr_tail(self) -> str:
-        self.log.seek(0)
-        lines = [ln for ln in self.log.read().splitlines() if ln.strip()]
-        return " | ".join(lines[-3:])[-600:]
+        super().__init__(f"DBOS child ({mode})", [__file__, "--dbos-child", mode])
+        self.journal_mode = str(self.ready["journal_mode"])
 
     def run(self, sizes: Sizes) -> Sample:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(
-            json.dumps({"seq": sizes.dbos_seq, "concurrent": sizes.dbos_concurrent}) + "\n"
-        )
-        self.proc.stdin.flush()
-        sample = self._read(timeout=600.0)["sample"]
-        return {k: (int(n), float(s)) for k, (n, s) in sample.items()}
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+        return self.sample({"seq": sizes.dbos_seq, "concurrent": sizes.dbos_concurrent})
 
 
 def dbos_figures(mode: str) -> list[tuple[str, str, str]]:
@@ -456,8 +435,9 @@ def dbos_figures(mode: str) -> list[tuple[str, str, str]]:
 
 
 def run_all(sizes: Sizes) -> Bench:
+    import bench_floor  # it imports this module: not at the top
+
     b = Bench(sizes)  # type: ignore[arg-type]  # Bench only reads .runs
-    children: list[DbosChild] = []
     scenarios = [
         Scenario(
             [
@@ -471,6 +451,14 @@ def run_all(sizes: Sizes) -> Bench:
             {"1.tether_sessions": f"{sizes.steps:,} steps = workflows; SQLite synchronous=FULL"},
         ),
         Scenario(
+            [("1.floor_effects", "floor: the same steps, least code (bench_floor.py)", "steps/s")],
+            lambda: _renamed(
+                asyncio.run(bench_floor.floor_effects(sizes.sessions, sizes.steps)),
+                "3.floor_effects",
+                "1.floor_effects",
+            ),
+        ),
+        Scenario(
             [("2.effect_seq", "one session, sequential, self.effect(tool)", "effects/s")],
             lambda: asyncio.run(tether_latency(sizes.latency_steps, ledger=True)),
             {"2.effect_seq": f"{EFFECTS_PER_STEP} effects per step, intent + receipt each"},
@@ -481,29 +469,10 @@ def run_all(sizes: Sizes) -> Bench:
             {"2.direct_seq": f"{EFFECTS_PER_STEP} calls per step, same handler"},
         ),
     ]
+    children: list[PipeChild] = []
     try:
-        import dbos  # noqa: F401
-    except ImportError:
-        dbos_missing = "dbos is not installed (pip install -e '.[bench]')"
-    else:
-        dbos_missing = ""
-    try:
-        for mode in DBOS_MODES:
-            figs = dbos_figures(mode)
-            if dbos_missing:
-                for key, label, unit in figs:
-                    b.skip(key, label, unit, dbos_missing)
-                continue
-            try:
-                child = DbosChild(mode)
-            except Exception as exc:
-                why = f"DBOS cannot start here: {exc}"
-                for key, label, unit in figs:
-                    b.skip(key, label, unit, why)
-                continue
-            children.append(child)
-            notes = {key: f"journal_mode={child.journal_mode}" for key, _, _ in figs}
-            scenarios.append(Scenario(figs, lambda c=child: c.run(sizes), notes))  # type: ignore[misc]
+        scenarios += _langgraph_scenarios(b, sizes, children)
+        scenarios += dbos_scenarios(b, sizes, children)
         b.measure(*scenarios)
     finally:
         for child in children:
@@ -533,55 +502,106 @@ def run_all(sizes: Sizes) -> Bench:
     return b
 
 
+def _renamed(sample: Sample, old: str, new: str) -> Sample:
+    return {new: sample[old]}
+
+
+def _langgraph_scenarios(b: Bench, sizes: Sizes, children: list[PipeChild]) -> list[Scenario]:
+    """LangGraph's two durability modes, from one child process (added to ``children``); or
+    skipped figures, saying why."""
+    import peer_langgraph as lg
+
+    figs = lg.figures()
+    if not sizes.langgraph_steps:
+        return []
+    try:
+        import langgraph.checkpoint.sqlite  # noqa: F401
+    except ImportError:
+        why = "langgraph-checkpoint-sqlite is not installed (pip install -e '.[bench]')"
+    else:
+        try:
+            child = lg.LangGraphChild()
+        except Exception as exc:
+            why = f"LangGraph cannot start here: {exc}"
+        else:
+            children.append(child)
+            note = f"{sizes.langgraph_steps:,} graph runs; {child.setup}; {child.versions}"
+            return [
+                Scenario(
+                    [fig],
+                    lambda d=d: child.run(sizes.sessions, sizes.langgraph_steps, d),  # type: ignore[misc]
+                    {fig[0]: note},
+                )
+                for d, fig in zip(lg.DURABILITIES, figs, strict=True)
+            ]
+    for key, label, unit in figs:
+        b.skip(key, label, unit, why)
+    return []
+
+
+def dbos_scenarios(b: Bench, sizes: Sizes, children: list[PipeChild]) -> list[Scenario]:
+    """One DBOS child per journal mode (added to ``children``), each a scenario of its three
+    variants; or skipped figures, saying why."""
+    try:
+        import dbos  # noqa: F401
+    except ImportError:
+        missing = "dbos is not installed (pip install -e '.[bench]')"
+    else:
+        missing = ""
+    out: list[Scenario] = []
+    for mode in DBOS_MODES:
+        figs = dbos_figures(mode)
+        why = missing
+        if not why:
+            try:
+                child = DbosChild(mode)
+            except Exception as exc:
+                why = f"DBOS cannot start here: {exc}"
+            else:
+                children.append(child)
+                notes = {key: f"journal_mode={child.journal_mode}" for key, _, _ in figs}
+                out.append(Scenario(figs, lambda c=child: c.run(sizes), notes))  # type: ignore[misc]
+                continue
+        for key, label, unit in figs:
+            b.skip(key, label, unit, why)
+    return out
+
+
 def best_dbos(b: Bench) -> Figure | None:
     ok = [f for k, f in b.figures.items() if k.startswith("1.dbos_") and f.ok]
     return max(ok, key=lambda f: f.median, default=None)
 
 
 def evaluate(b: Bench) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    t = b.figures["1.tether_sessions"]
     best = best_dbos(b)
-    row: dict[str, Any] = {
-        "target": f"tether sessions >= {TARGET:g}x DBOS (best DBOS figure of the run)",
-        "numerator": t.key,
-        "denominator": best.key if best is not None else None,
-        "required": TARGET,
-    }
-    if t.ok and best is not None:
-        value = t.median / best.median
-        row.update(value=value, verdict="PASS" if value >= TARGET else "MISS")
-    else:
-        row.update(value=None, verdict="n/a")
-    out.append(row)
-    for key in ("1.dbos_seq_delete", "1.dbos_seq_wal"):
-        f = b.figures.get(key)
-        if t.ok and f is not None and f.ok and (best is None or key != best.key):
-            out.append(
-                {
-                    "target": "(information) tether sessions vs DBOS sequential, as the peer bench",
-                    "numerator": t.key,
-                    "denominator": key,
-                    "required": None,
-                    "value": t.median / f.median,
-                    "verdict": "-",
-                }
-            )
-    return out
+    best_key = best.key if best is not None else "1.dbos_best"
+    targets: list[tuple[str, str, str | None, float | None]] = [
+        (f"#4 tether >= {TARGET:g}x DBOS (best of the run: {best_key})", "1.tether_sessions",
+         best_key, TARGET),
+        ("#20 tether >= 50x LangGraph, durability='sync'", "1.tether_sessions",
+         "1.langgraph_sync", 50.0),
+        ("#20 tether >= 50x LangGraph, durability='async' (its default)", "1.tether_sessions",
+         "1.langgraph_async", 50.0),
+        (f"#20 tether ahead of DBOS (best of the run: {best_key})", "1.tether_sessions",
+         best_key, 1.0),
+        ("#20 3-effect step: tether >= 0.6x the floor", "1.tether_sessions",
+         "1.floor_effects", 0.6),
+    ]  # fmt: skip
+    targets += [
+        (
+            "(information) tether vs DBOS sequential, as the peer bench",
+            "1.tether_sessions",
+            key,
+            None,
+        )
+        for key in ("1.dbos_seq_delete", "1.dbos_seq_wal")
+        if key != best_key
+    ]
+    return run.evaluate(b, targets)
 
 
 def table(b: Bench, targets: list[dict[str, Any]]) -> str:
-    lines = [
-        "| # | figure | min | **median** | max | unit | note |",
-        "|---|---|---:|---:|---:|---|---|",
-    ]
-    for f in b.figures.values():
-        if not f.ok:
-            what = "skipped" if f.skipped else "FAILED"
-            lines.append(f"| {f.key} | {f.label} | | **{what}** | | {f.unit} | {f.error} |")
-            continue
-        lo, mid, hi = fmt(min(f.rates)), fmt(f.median), fmt(max(f.rates))
-        lines.append(f"| {f.key} | {f.label} | {lo} | **{mid}** | {hi} | {f.unit} | {f.note} |")
+    lines = figure_rows(b)
     if "added_us_per_effect" in b.extra:
         x = b.extra
         lines += [
@@ -593,53 +613,67 @@ def table(b: Bench, targets: list[dict[str, Any]]) -> str:
             f"| **added by the ledger, per effect** | **{x['added_us_per_effect']:.0f}** |",
             f"| ratio effect / bare call | {x['effect_over_direct']:.0f}x |",
         ]
-    lines += [
-        "",
-        "| target | measured (medians) | required | verdict |",
-        "|---|---|---:|---|",
+    return "\n".join([*lines, "", *target_rows(b, targets)])
+
+
+def draw_peers(b: Bench, out_dir: Path, meta: dict[str, Any]) -> Path | None:
+    """``out_dir/peers.png``: the 3-effect step of tether, the floor, LangGraph (both modes)
+    and the best DBOS variant of the run, on a log scale; None if tether's figure failed."""
+    import charts
+
+    wanted = [
+        ("tether", "1.tether_sessions", charts.TETHER),
+        ("floor (least code)", "1.floor_effects", charts.FLOOR),
+        ("LangGraph, durability='sync'", "1.langgraph_sync", charts.PEER),
+        ("LangGraph, durability='async'", "1.langgraph_async", charts.PEER_2),
     ]
-    for t in targets:
-        if t["value"] is None:
-            measured = "n/a"
-        else:
-            num, den = b.figures[t["numerator"]], b.figures[t["denominator"]]
-            measured = f"{t['value']:.1f}x ({fmt(num.median)} / {fmt(den.median)} {den.key})"
-        need = f"{t['required']:g}x" if t["required"] is not None else ""
-        lines.append(f"| {t['target']} | {measured} | {need} | **{t['verdict']}** |")
-    return "\n".join(lines)
+    bars = [
+        charts.Bar(label, b.figures[key], colour)
+        for label, key, colour in wanted
+        if key in b.figures and b.figures[key].ok
+    ]
+    best = best_dbos(b)
+    if best is not None:
+        bars.append(charts.Bar(f"DBOS, best ({best.key[2:]})", best, charts.PEER_3))
+    if not bars or bars[0].label != "tether":
+        return None
+    sessions = b.sizes.sessions  # type: ignore[attr-defined]
+    langgraph = [b.figures[k] for k in ("1.langgraph_sync", "1.langgraph_async") if k in b.figures]
+    best_langgraph = max((f.median for f in langgraph if f.ok), default=None)
+    return charts.peers_chart(
+        bars,
+        out_dir / "peers.png",
+        title=f"The 3-effect step on {sessions} sessions at once, SQLite (higher is better)",
+        subtitle=run.chart_subtitle(meta),
+        target=("target: 50x LangGraph", 50 * best_langgraph) if best_langgraph else None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        description="tether effects-ledger benchmark, beside DBOS, in one run."
+        description="tether effects-ledger benchmark, beside the floor, LangGraph and DBOS."
     )
-    p.add_argument("--quick", action="store_true", help="small sizes, 1 run: checks that it runs")
-    p.add_argument("--json", metavar="PATH", help="also write the raw per-run samples to PATH")
-    p.add_argument("--runs", type=int, help="runs per figure (default: 5, or 1 with --quick)")
+    run.add_house_options(p)
+    p.add_argument("--charts", metavar="DIR", help="also draw DIR/peers.png")
     p.add_argument("--dbos-child", metavar="MODE", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dbos_child:
         dbos_child(args.dbos_child)
         return 0
-    if args.runs is not None and args.runs < 1:
-        p.error("--runs must be at least 1")
-    sizes = QUICK if args.quick else FULL
-    if args.runs:
-        sizes = replace(sizes, runs=args.runs)
-    try:
-        return _run(sizes, args.quick, args.json)
-    finally:
-        with contextlib.suppress(OSError):  # not empty: another benchmark is using it
-            DATA_DIR.rmdir()
+    sizes = run.chosen_sizes(p, args, FULL, QUICK)
+    with run.tidy_data_dir():
+        return _run(sizes, args.quick, args.json, run.charts_dir(args.charts))
 
 
-def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
-    packages = ("tether", "aiosqlite", "msgspec", "anyio", "dbos", "SQLAlchemy")
-    meta = run_meta(quick, sizes.runs, *packages)
+PACKAGES = ("tether", "aiosqlite", "msgspec", "anyio", "dbos", "SQLAlchemy", "langgraph")
+
+
+def _run(sizes: Sizes, quick: bool, json_path: str | None, charts_dir: Path | None) -> int:
+    meta = run_meta(quick, sizes.runs, *PACKAGES, "langgraph-checkpoint-sqlite")
     print(
         f"tether effects benchmark, {meta['mode']} mode: median of {sizes.runs} run(s) after 1 "
         f"warm-up. Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs, "
-        f"dbos {meta['dbos']}, {meta['platform']}",
+        f"dbos {meta['dbos']}, langgraph {meta['langgraph']}, {meta['platform']}",
         flush=True,
     )
     t0 = time.perf_counter()
@@ -648,6 +682,9 @@ def _run(sizes: Sizes, quick: bool, json_path: str | None) -> int:
     print()
     print(table(b, targets))
     print(f"\n({time.perf_counter() - t0:.0f} s)")
+    if charts_dir is not None:
+        drawn = draw_peers(b, charts_dir, meta)
+        print(f"chart: {drawn}" if drawn else "chart: not drawn (tether's figure failed)")
     extra = {"sizes": asdict(sizes), "effects_per_step": EFFECTS_PER_STEP}
     return finish(b, targets, meta, extra, json_path)
 

@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -78,8 +79,16 @@ def _count_log(_logger: Any, method: str, event_dict: dict[str, Any]) -> dict[st
 
 
 def configure_logging() -> None:
-    """Count (and show) the runtime's warnings and errors; drop its info lines. Only when run
-    as a script: the tests import this module and must keep their own structlog setup."""
+    """Count (and show) the runtime's warnings and errors, and Python's warnings (a coroutine
+    never awaited); drop its info lines. Only when run as a script: the tests import this
+    module and must keep their own structlog setup."""
+    show = warnings.showwarning
+
+    def count_warning(message: Any, category: type[Warning], *args: Any, **kw: Any) -> None:
+        LOG_COUNTS[f"python:{category.__name__}"] += 1
+        show(message, category, *args, **kw)
+
+    warnings.showwarning = count_warning
     structlog.configure(
         processors=[_count_log, structlog.dev.ConsoleRenderer(colors=False)],
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
@@ -283,7 +292,7 @@ async def ask_rounds(
                 )
                 latencies.append(time.perf_counter() - t)
                 answers[(i, r)] = answers.get((i, r), 0) + 1
-                if got != expected_answer(i, r):
+                if got.answer != expected_answer(i, r):
                     wrong.append(f"{session_id(i)} round {r}: {got!r}")
 
     async with anyio.create_task_group() as tg:
@@ -348,6 +357,7 @@ async def run_load(sizes: Sizes, db: Path) -> dict[str, Any]:
             "commits": stats1["commits"] - stats0["commits"],
             "writes": stats1["writes"] - stats0["writes"],
             "ask_p50_ms": 1000 * percentile(latencies, 0.5),
+            "ask_p90_ms": 1000 * percentile(latencies, 0.9),
             "ask_p99_ms": 1000 * percentile(latencies, 0.99),
             "ask_max_ms": 1000 * max(latencies, default=0.0),
             "active_sessions_median": statistics.median(r[3] for r in load_rows)
@@ -741,8 +751,17 @@ def main(argv: list[str] | None = None) -> int:
         for note in smp["notes"]:
             print(f"note: {note}")
     print(f"runtime bookkeeping after the load's drain: {res['books_after_drain']}")
-    if LOG_COUNTS:
-        print(f"log lines at warning or above: {dict(LOG_COUNTS)}")
+    load = res["phases"]["load"]
+    print(
+        f"ask latency: p50 {load['ask_p50_ms']:.0f} ms, p90 {load['ask_p90_ms']:.0f} ms, "
+        f"p99 {load['ask_p99_ms']:.0f} ms, max {load['ask_max_ms']:.0f} ms"
+    )
+    warnings = sum(LOG_COUNTS.values())
+    print(
+        f"log lines at warning or above: {warnings}" + (f" {dict(LOG_COUNTS)}" if warnings else "")
+    )
+    if warnings:  # normal operation logs nothing at warning or above
+        res["problems"].append(f"{warnings} log lines at warning or above")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1, default=str) + "\n")
         print(f"raw results: {args.json}")

@@ -44,11 +44,11 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -372,40 +372,69 @@ async def tether_durable(n_actors: int, per_actor: int) -> Sample:
     d = scratch_dir("durable")
     try:
         async with tether.Runtime(d / "tether.db") as rt:
-            refs: list[tether.ActorRef] = []
-
-            async def spawn(i: int) -> None:
-                ref = await rt.spawn(Account, f"acct-{i:05d}")
-                await ref.ask(GetBalance(), timeout=ASK_TIMEOUT)  # active and recovered
-                refs.append(ref)
-
-            async with anyio.create_task_group() as tg:
-                for i in range(n_actors):
-                    tg.start_soon(spawn, i)
+            refs = await activate_accounts(rt, [f"acct-{i:05d}" for i in range(n_actors)])
             before = _commit_stats(rt)
-
-            told: list[float] = []
-
-            async def sender(ref: tether.ActorRef) -> None:
-                tell = ref.tell
-                for i in range(per_actor):
-                    await tell(Deposit(amount=i + 1))
-                told.append(time.perf_counter())
-                got = await ref.ask(GetBalance(), timeout=ASK_TIMEOUT)
-                assert got == (per_actor * (per_actor + 1) // 2, per_actor), (ref.id, got)
-
-            t0 = time.perf_counter()
-            async with anyio.create_task_group() as tg:
-                for ref in refs:
-                    tg.start_soon(sender, ref)
-            dt = time.perf_counter() - t0
+            dt, tell_only = await deposit_round(refs, per_actor)
             after = _commit_stats(rt)
     finally:
         rm_scratch(d)
     if before and after:
         COMMIT_STATS.append((after[0] - before[0], after[1] - before[1]))
     n = n_actors * per_actor
-    return {"2.tether_durable": (n, dt), "2.tether_tell_only": (n, max(told) - t0)}
+    return {"2.tether_durable": (n, dt), "2.tether_tell_only": (n, tell_only)}
+
+
+async def activate_accounts(
+    rt: tether.Runtime, ids: list[str], concurrency: int = 100
+) -> list[tether.ActorRef]:
+    """Spawn (or resume) the ``Account`` actors ``ids``, ``concurrency`` at a time, and ask
+    each once, so that each is active and recovered before a clock starts."""
+    refs: dict[str, tether.ActorRef] = {}
+    todo = iter(ids)
+
+    async def spawner() -> None:
+        for actor_id in todo:
+            ref = await rt.spawn(Account, actor_id)
+            await ref.ask(GetBalance(), timeout=ASK_TIMEOUT)
+            refs[actor_id] = ref
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(min(concurrency, len(ids))):
+            tg.start_soon(spawner)
+    return [refs[i] for i in ids]
+
+
+async def deposit_round(
+    refs: list[tether.ActorRef], per_actor: int, watch: Any = None
+) -> tuple[float, float]:
+    """The timed part of the durable scenario on actors that have no deposits yet: one sender
+    task per actor tells ``per_actor`` deposits, then asks the balance and checks it. Returns
+    (seconds until every ask returned, seconds until the last tell returned). ``watch``, if
+    given, is started right before the clock and stopped right after it."""
+    told: list[float] = []
+    want = (per_actor * (per_actor + 1) // 2, per_actor)
+
+    async def sender(ref: tether.ActorRef) -> None:
+        tell = ref.tell
+        for i in range(per_actor):
+            await tell(Deposit(amount=i + 1))
+        told.append(time.perf_counter())
+        got = await ref.ask(GetBalance(), timeout=ASK_TIMEOUT)
+        if got != want:
+            raise AssertionError(f"{ref.id}: balance {got}, expected {want}")
+
+    if watch is not None:
+        watch.start()
+    t0 = time.perf_counter()
+    try:
+        async with anyio.create_task_group() as tg:
+            for ref in refs:
+                tg.start_soon(sender, ref)
+        dt = time.perf_counter() - t0
+    finally:
+        if watch is not None:
+            watch.stop()
+    return dt, max(told) - t0
 
 
 COMMIT_STATS: list[tuple[int, int]] = []  # (group commits, writes) of each durable run
@@ -729,7 +758,7 @@ def run_all(sizes: Sizes) -> Bench:
 
 
 # (target, numerator figure, denominator figure or None for an absolute target, required)
-TARGETS: list[tuple[str, str, str | None, float]] = [
+TARGETS: list[tuple[str, str, str | None, float | None]] = [
     ("in-memory ask: tether >= 0.6x hand-written asyncio", "1.tether_ask", "1.asyncio_ask", 0.6),
     ("in-memory ask: tether >= 8x Pykka", "1.tether_ask", "1.pykka_ask", 8.0),
     ("durable: tether >= 40,000 msg/s", "2.tether_durable", None, 40_000.0),
@@ -739,9 +768,10 @@ TARGETS: list[tuple[str, str, str | None, float]] = [
 
 
 def evaluate(
-    b: Bench, targets: list[tuple[str, str, str | None, float]] = TARGETS
+    b: Bench, targets: list[tuple[str, str, str | None, float | None]] = TARGETS
 ) -> list[dict[str, Any]]:
-    """Each target on the medians; n/a when a figure it needs is missing."""
+    """Each target on the medians; n/a when a figure it needs is missing. A target whose
+    ``required`` is None is information: its ratio is shown, with no verdict."""
     out = []
     for label, num, den, need in targets:
         fn = b.figures.get(num)
@@ -752,12 +782,30 @@ def evaluate(
             row.update(value=None, verdict="n/a")
         else:
             value = fn.median / fd.median if fd is not None else fn.median
-            row.update(value=value, verdict="PASS" if value >= need else "MISS")
+            verdict = "-" if need is None else "PASS" if value >= need else "MISS"
+            row.update(value=value, verdict=verdict)
         out.append(row)
     return out
 
 
-def table(b: Bench, targets: list[dict[str, Any]]) -> str:
+def at_most(label: str, value: float | None, limit: float, shown: str, need: str) -> dict[str, Any]:
+    """A target on a cost (lower is better): PASS if ``value <= limit``. ``shown`` and ``need``
+    are how the table prints the measured value and the limit."""
+    verdict = "n/a" if value is None else "PASS" if value <= limit else "MISS"
+    return {
+        "target": label,
+        "numerator": None,
+        "denominator": None,
+        "required": limit,
+        "value": value,
+        "verdict": verdict,
+        "shown": "n/a" if value is None else shown,
+        "need": need,
+    }
+
+
+def figure_rows(b: Bench) -> list[str]:
+    """The figures as markdown table rows: min, median, max of each."""
     lines = [
         "| # | figure | min | **median** | max | unit | note |",
         "|---|---|---:|---:|---:|---|---|",
@@ -769,13 +817,20 @@ def table(b: Bench, targets: list[dict[str, Any]]) -> str:
             continue
         lo, mid, hi = fmt(min(f.rates)), fmt(f.median), fmt(max(f.rates))
         lines.append(f"| {f.key} | {f.label} | {lo} | **{mid}** | {hi} | {f.unit} | {f.note} |")
-    lines += [
-        "",
+    return lines
+
+
+def target_rows(b: Bench, targets: list[dict[str, Any]]) -> list[str]:
+    """The targets (from ``evaluate``) as markdown table rows."""
+    lines = [
         "| target | measured (medians) | required | verdict |",
         "|---|---|---:|---|",
     ]
     for t in targets:
         den = t["denominator"]
+        if "shown" in t:  # at_most
+            lines.append(f"| {t['target']} | {t['shown']} | {t['need']} | **{t['verdict']}** |")
+            continue
         if t["value"] is None:
             measured = "n/a"
         elif den is None:
@@ -783,9 +838,16 @@ def table(b: Bench, targets: list[dict[str, Any]]) -> str:
         else:
             num_med = fmt(b.figures[t["numerator"]].median)
             measured = f"{t['value']:.2f}x ({num_med} / {fmt(b.figures[den].median)})"
-        need = fmt(t["required"]) if den is None else f"{t['required']:g}x"
+        if t["required"] is None:
+            need = ""
+        else:
+            need = fmt(t["required"]) if den is None else f"{t['required']:g}x"
         lines.append(f"| {t['target']} | {measured} | {need} | **{t['verdict']}** |")
-    return "\n".join(lines)
+    return lines
+
+
+def table(b: Bench, targets: list[dict[str, Any]]) -> str:
+    return "\n".join([*figure_rows(b), "", *target_rows(b, targets)])
 
 
 # ----------------------------------------------------------------------------- profiling
@@ -924,6 +986,63 @@ def run_meta(quick: bool, runs: int, *packages: str) -> dict[str, Any]:
         "git": git_revision(),
         **versions(*packages),
     }
+
+
+S = TypeVar("S")
+
+
+def add_house_options(p: argparse.ArgumentParser, *, runs_help: str | None = None) -> None:
+    """``--quick``, ``--json PATH`` and ``--runs N``, as every benchmark script takes them."""
+    p.add_argument("--quick", action="store_true", help="small sizes, 1 run: checks that it runs")
+    p.add_argument("--json", metavar="PATH", help="also write the raw per-run samples to PATH")
+    p.add_argument(
+        "--runs", type=int, help=runs_help or "runs per figure (default: 5, or 1 with --quick)"
+    )
+
+
+def chosen_sizes(p: argparse.ArgumentParser, args: argparse.Namespace, full: S, quick: S) -> S:
+    """``quick`` or ``full`` (dataclasses with a ``runs`` field), with ``--runs`` applied."""
+    if args.runs is not None and args.runs < 1:
+        p.error("--runs must be at least 1")
+    sizes = quick if args.quick else full
+    return replace(sizes, runs=args.runs) if args.runs else sizes  # type: ignore[type-var]
+
+
+def announce(title: str, meta: dict[str, Any]) -> None:
+    """The first line of a run: what, how many runs, on what."""
+    print(
+        f"{title}, {meta['mode']} mode: median of {meta['runs']} run(s) after 1 warm-up. "
+        f"Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs",
+        flush=True,
+    )
+
+
+@contextlib.contextmanager
+def tidy_data_dir() -> Iterator[None]:
+    """Remove ``benchmarks/_data/`` at the end, unless another benchmark is using it."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):  # not empty: another benchmark is using it
+            DATA_DIR.rmdir()
+
+
+def chart_subtitle(meta: dict[str, Any]) -> str:
+    """What a chart was measured on, for its subtitle."""
+    return (
+        f"{meta['mode']} run, median of {meta['runs']} run(s), {meta['time']}, git {meta['git']}; "
+        f"Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs. "
+        "Compare only figures of the same run."
+    )
+
+
+def charts_dir(arg: str | None) -> Path | None:
+    """The ``--charts DIR`` folder, created; None without the option."""
+    if arg is None:
+        return None
+    path = Path(arg)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def finish(

@@ -11,6 +11,7 @@ offers store credit instead.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import anyio
@@ -18,19 +19,27 @@ import anyio
 import tether
 from tether.testing import ScriptedModel
 
+# The example is one file, so its actors and tools live in __main__, which no other process
+# can import: tether warns of that at spawn. An application keeps them in a module.
+warnings.filterwarnings("ignore", category=tether.MainModuleWarning)
+
 DB = "approval-handler.db"
 LIMIT_CENTS = 100_00
 ORDERS = {"42": 3_000, "43": 45_000}  # order id -> amount in cents
 
 
 @tether.tool(recovery="retry", requires_approval=True)
-async def refund(order_id: str, amount_cents: int, idempotency_key: str) -> str:
+async def refund(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> str:
     """Refund an order (held for approval)."""
     return f"refunded ${amount_cents / 100:.2f} on order {order_id}"
 
 
 @tether.tool(recovery="retry")
-async def offer_store_credit(order_id: str, amount_cents: int, idempotency_key: str) -> str:
+async def offer_store_credit(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> str:
     """Give the customer store credit instead of a refund."""
     return f"${amount_cents / 100:.2f} of store credit for order {order_id}"
 
@@ -81,9 +90,10 @@ async def main() -> None:
         for session_id, order_id in (("small-refund", "42"), ("large-refund", "43")):
             session = await rt.spawn(RefundAgent, session_id, goal="Refund delivered orders.")
             print(f"{session_id}: Please refund order {order_id}.")
-            answer = await session.ask(
+            result = await session.ask(
                 tether.UserMessage(f"Please refund order {order_id}."), timeout=30
             )
+            answer = result.answer
             print(f"{session_id}: the agent answers: {answer}")
         print("decisions in the store:")
         for record in await rt.store.find_approvals():

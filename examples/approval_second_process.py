@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import anyio
@@ -24,11 +25,17 @@ import anyio
 import tether
 from tether.testing import ScriptedModel
 
+# The example is one file, so its actors and tools live in __main__, which no other process
+# can import: tether warns of that at spawn. An application keeps them in a module.
+warnings.filterwarnings("ignore", category=tether.MainModuleWarning)
+
 DB = "approval-second-process.db"
 
 
 @tether.tool(recovery="retry", requires_approval=True)
-async def wire_refund(order_id: str, amount_cents: int, idempotency_key: str) -> str:
+async def wire_refund(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> str:
     """Wire a refund to the customer's bank (held for approval)."""
     return f"wired ${amount_cents / 100:,.2f} for order {order_id}"
 
@@ -68,7 +75,8 @@ async def main() -> None:
 
         async def ask() -> None:
             nonlocal answer
-            answer = await session.ask(tether.UserMessage("Refund order 77, please."), timeout=60)
+            result = await session.ask(tether.UserMessage("Refund order 77, please."), timeout=60)
+            answer = result.answer
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(ask)

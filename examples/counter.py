@@ -5,10 +5,16 @@ Run: python examples/counter.py   (run it twice: the balance keeps growing)
 
 from __future__ import annotations
 
+import warnings
+
 import anyio
 import msgspec
 
 import tether
+
+# The example is one file, so its actors and tools live in __main__, which no other process
+# can import: tether warns of that at spawn. An application keeps them in a module.
+warnings.filterwarnings("ignore", category=tether.MainModuleWarning)
 
 
 class Deposit(tether.Message):

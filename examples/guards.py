@@ -12,12 +12,17 @@ Run: python examples/guards.py
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import anyio
 
 import tether
 from tether.testing import ScriptedModel
+
+# The example is one file, so its actors and tools live in __main__, which no other process
+# can import: tether warns of that at spawn. An application keeps them in a module.
+warnings.filterwarnings("ignore", category=tether.MainModuleWarning)
 
 DB = "guards.db"
 
@@ -94,8 +99,8 @@ async def main() -> None:
         print("1. a flaky tool and its breaker")
         for customer in ("quote-1", "quote-2"):
             session = await rt.spawn(Quoter, customer, goal="Quote prices in USD.")
-            answer = await session.ask(tether.UserMessage("What is 1 EUR in USD?"), timeout=30)
-            print(f"  {customer} answers: {answer}")
+            result = await session.ask(tether.UserMessage("What is 1 EUR in USD?"), timeout=30)
+            print(f"  {customer} answers: {result.answer}")
         for root in await rt.tree():
             node = root.find("breaker:get_exchange_rate")
             if node is not None:
@@ -106,7 +111,13 @@ async def main() -> None:
         print("2. loop detection")
         for cls, session_id in ((StubbornAgent, "stubborn"), (ListeningAgent, "listening")):
             session = await rt.spawn(cls, session_id, goal="Answer questions from the docs.")
-            answer = await session.ask(tether.UserMessage("What is the refund policy?"), timeout=30)
+            try:
+                result = await session.ask(
+                    tether.UserMessage("What is the refund policy?"), timeout=30
+                )
+            except tether.TaskFailed as exc:  # the stubborn one is stopped
+                result = exc.result
+            answer = result.answer
             info = await session.ask(tether.GetSessionInfo(), timeout=10)
             print(f"  {session_id} ({cls.loop_policy.on_repeat if cls.loop_policy else '-'}):")
             print(f"    outcome: {info.outcome}")

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import anyio
@@ -26,6 +27,10 @@ import msgspec
 import tether
 from tether.testing import ScriptedModel
 from tether.testing.payments import PaymentsClient, PaymentsService, refund_count
+
+# The example is one file, so its actors and tools live in __main__, which no other process
+# can import: tether warns of that at spawn. An application keeps them in a module.
+warnings.filterwarnings("ignore", category=tether.MainModuleWarning)
 
 DB = "refund-agent.db"
 PAYMENTS_DB = "refund-agent-payments.db"
@@ -59,7 +64,9 @@ async def lookup_order(order_id: str) -> Order:
 
 
 @tether.tool(recovery="retry", timeout=15.0)
-async def refund(order_id: str, amount_cents: int, idempotency_key: str) -> Refund:
+async def refund(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> Refund:
     """Refund an order. ``recovery="retry"``: the payments service honors the key, so a call
     whose outcome is unknown (the process died during it) is simply made again, same key."""
     say(
@@ -100,12 +107,14 @@ async def serve_the_session() -> None:
     async with tether.Runtime(DB) as rt:
         session = await rt.spawn(RefundAgent, "refund-desk", goal="Refund delivered orders.")
         say("the session is up; sending the customer's request")
-        answer = await session.ask(
+        result = await session.ask(
             tether.UserMessage("Please refund order 42."),
             timeout=30,
             dedup_key="customer-request-42",  # a second child re-sending it starts nothing new
         )
-        say(f"the agent answers: {answer}")
+        say(f"the agent answers: {result.answer}")
+        for call in result.calls:
+            say(f"  it called {call.tool}({call.args}) under key {call.effect_key}")
 
 
 def start_child(url: str) -> subprocess.Popen[bytes]:

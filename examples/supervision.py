@@ -5,9 +5,15 @@ Run: python examples/supervision.py
 
 from __future__ import annotations
 
+import warnings
+
 import anyio
 
 import tether
+
+# The example is one file, so its actors and tools live in __main__, which no other process
+# can import: tether warns of that at spawn. An application keeps them in a module.
+warnings.filterwarnings("ignore", category=tether.MainModuleWarning)
 
 
 class Charge(tether.Message):
@@ -50,7 +56,7 @@ class Ledger(tether.Actor[int]):
 
 class Payments(tether.Supervisor):
     strategy = tether.OneForOne(
-        max_restarts=3, within=10.0, backoff=tether.Backoff(initial=0.05, max=1.0)
+        max_restarts=3, within=10.0, backoff=tether.Backoff(initial_delay=0.05, max_delay=1.0)
     )
     children = (tether.ChildSpec(Ledger, "ledger-eu"), tether.ChildSpec(Ledger, "ledger-us"))
 

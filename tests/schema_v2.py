@@ -38,6 +38,7 @@ def as_schema_v2(db: Path) -> None:
         con.execute("INSERT INTO effects SELECT * FROM effects_v3")
         con.execute("DROP TABLE effects_v3")
         con.execute("CREATE INDEX effects_by_status ON effects(status, updated_at)")
+        con.execute("DROP TABLE audit")  # schema version 5 added it
         con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
         con.execute("COMMIT")
     finally:

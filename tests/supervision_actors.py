@@ -8,6 +8,7 @@ import anyio
 
 import tether
 from tether import ChildSpec, OneForAll, OneForOne, RestForOne
+from tether.supervisor.spec import Directive
 
 # What happened, in order, across all instances: ("start", id), ("stop", id), ...
 events: list[tuple[str, str]] = []
@@ -41,6 +42,12 @@ class Hang(tether.Message):
     pass
 
 
+class Sleep(tether.Message):
+    """Sleeps (cancellably); a cancellation is recorded as ("cancelled", id)."""
+
+    seconds: float = 3600.0
+
+
 class Did(tether.Event):
     n: int
 
@@ -63,7 +70,7 @@ class Worker(tether.Actor[int]):
     def apply(self, state: int, event: Did) -> int:
         return state + 1
 
-    async def handle(self, msg: Work | Crash | Exit | Count | Hang) -> int | None:
+    async def handle(self, msg: Work | Crash | Exit | Count | Hang | Sleep) -> int | None:
         match msg:
             case Work():
                 self.persist(Did(n=msg.n))
@@ -79,6 +86,12 @@ class Worker(tether.Actor[int]):
             case Hang():
                 with anyio.CancelScope(shield=True):
                     await anyio.sleep(2)
+            case Sleep(seconds=seconds):
+                try:
+                    await anyio.sleep(seconds)
+                except anyio.get_cancelled_exc_class():
+                    events.append(("cancelled", self.id))
+                    raise
         return None
 
 
@@ -93,6 +106,34 @@ class BadStart(tether.Actor[int]):
 
     async def handle(self, msg: Count) -> int:
         return self.state
+
+
+# ids of RestartFails actors that have started once in this process
+started_once: set[str] = set()
+# StartFails id -> how many more of its starts fail
+fail_starts: dict[str, int] = {}
+
+
+class StartFails(Worker):
+    """A Worker whose next ``fail_starts[id]`` starts fail in on_start."""
+
+    async def on_start(self) -> None:
+        events.append(("start", self.id))
+        left = fail_starts.get(self.id, 0)
+        if left:
+            fail_starts[self.id] = left - 1
+            raise RuntimeError("cannot start")
+
+
+class RestartFails(Worker):
+    """A Worker that starts the first time and fails in on_start every time after (OTP's
+    ``supervisor_1:start_child(error)``): its restarts fail, not its first start."""
+
+    async def on_start(self) -> None:
+        events.append(("start", self.id))
+        if self.id in started_once:
+            raise RuntimeError("cannot restart")
+        started_once.add(self.id)
 
 
 class Watcher(tether.Actor[list[str]]):
@@ -171,7 +212,9 @@ class Outer(tether.Supervisor):
 
 class BackoffSup(tether.Supervisor):
     strategy = OneForOne(
-        max_restarts=100, within=60, backoff=tether.Backoff(initial=10, max=40, reset_after=300)
+        max_restarts=100,
+        within=60,
+        backoff=tether.Backoff(initial_delay=10, max_delay=40, reset_after=300),
     )
     children = [ChildSpec(Worker, "b1")]
 
@@ -183,7 +226,7 @@ class ShutdownSup(tether.Supervisor):
 
 class BadStartSup(tether.Supervisor):
     strategy = OneForOne(max_restarts=2, within=60)
-    children = [ChildSpec(BadStart, "bad")]
+    children = [ChildSpec(RestartFails, "bad")]
 
 
 class Sessions(tether.Supervisor):
@@ -201,3 +244,69 @@ class TightSessions(tether.Supervisor):
     """Dynamic children under a tight restart window (the SIGKILL test exceeds it on purpose)."""
 
     strategy = OneForOne(max_restarts=4, within=120)
+
+
+class SubSup(tether.Supervisor):
+    """A supervisor inside a group: its children must restart when the group does."""
+
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, "leaf1"), ChildSpec(Worker, "leaf2")]
+
+
+class GroupAll(tether.Supervisor):
+    strategy = OneForAll(max_restarts=5, within=60)
+    children = [ChildSpec(Worker, "g1"), ChildSpec(SubSup, "sub"), ChildSpec(Worker, "g3")]
+
+
+class GroupRest(tether.Supervisor):
+    strategy = RestForOne(max_restarts=5, within=60)
+    children = [ChildSpec(Worker, "g1"), ChildSpec(SubSup, "sub"), ChildSpec(Worker, "g3")]
+
+
+def bystanders() -> list[ChildSpec]:
+    return [
+        ChildSpec(Worker, "p1"),
+        ChildSpec(Worker, "tmp", restart="temporary"),
+        ChildSpec(Worker, "tr", restart="transient"),
+    ]
+
+
+class BystandersAll(tether.Supervisor):
+    strategy = OneForAll(max_restarts=5, within=60)
+    children = bystanders()
+
+
+class BystandersRest(tether.Supervisor):
+    strategy = RestForOne(max_restarts=5, within=60)
+    children = bystanders()
+
+
+class DynamicAll(tether.Supervisor):
+    """one_for_all over dynamic children only."""
+
+    strategy = OneForAll(max_restarts=5, within=60)
+
+
+class StartFailsSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, "s1"), ChildSpec(StartFails, "s2"), ChildSpec(Worker, "s3")]
+
+
+class BuggyDecider:
+    """A decider with a bug: it raises on a ValueCrash, failing its supervisor's handler."""
+
+    def __call__(self, exc: BaseException) -> Directive:
+        if isinstance(exc, ValueCrash):
+            raise RuntimeError("a bug in the decider")
+        return "restart"
+
+
+class BuggyInner(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, "inner-leaf")]
+    decider = BuggyDecider()
+
+
+class OuterOfBuggy(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(BuggyInner, "buggy")]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,9 +26,10 @@ from tests import sample_actors as sa
 from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Banker, Do, Ping, Wire
 from tests.schema_v2 import as_schema_v2
-from tests.sqlite_files import dump
+from tests.sqlite_files import audit_rows, dump, dump_but_audit
 from tether.cli import _is_session, main
-from tether.runtime.store import ActorRecord
+from tether.store.records import ActorRecord
+from tether.store.sqlite.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -551,6 +551,27 @@ def test_json_options_refuse_nan_infinity_and_unreadable_numbers_as_usage_errors
     assert dump(db) == before
 
 
+@pytest.mark.parametrize("option", ["--result", "--args"])
+@pytest.mark.parametrize("levels", [1000, 300])
+def test_json_options_nested_too_deep_are_usage_errors_in_one_line(
+    db: Path, capsys: pytest.CaptureFixture[str], option: str, levels: int
+) -> None:
+    # 1000 levels: deeper than Python's json parser goes (it raised a bare RecursionError, with
+    # a traceback); 300: parsed, but deeper than anything tether stores.
+    deep = "[" * levels + "]" * levels
+    before = dump(db)
+    if option == "--result":
+        key = one_quarantined_key(capsys, db)
+        argv = ["quarantine", "resolve", key, "--done", "--result", deep, "--by", "ops"]
+    else:
+        value = '{"to": ' + deep + ', "cents": 5}'
+        argv = ["approvals", "modify", one_request_id(capsys, db), "--by", "c", "--args", value]
+    code, out, err = cli(capsys, "--db", db, *argv)
+    assert (code, out) == (2, "")
+    assert_one_line_error(err, f"{option} cannot be stored", "more than 256 levels deep")
+    assert dump(db) == before
+
+
 def test_a_number_beyond_64_bits_is_refused_naming_it_and_nothing_is_stored(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -571,7 +592,10 @@ def test_a_number_beyond_64_bits_is_refused_naming_it_and_nothing_is_stored(
     )
     assert code == 1
     assert_one_line_error(err, "tool 'wire': invalid arguments", "cannot be stored")
-    assert dump(db) == before
+    # Nothing but the two refused attempts' audit rows
+    assert dump_but_audit(db) == before
+    refusals = [(r["action"], r["outcome"], r["via"], r["authenticated"]) for r in audit_rows(db)]
+    assert refusals == [("effect.done", "refused", "cli", 0), ("modify", "refused", "cli", 0)]
 
 
 # -- dead letters -------------------------------------------------------------------------------
@@ -632,6 +656,51 @@ def test_the_store_defaults_to_tether_db_env_then_tether_db(
     assert not (tmp_path / "tether.db").exists()
     monkeypatch.setenv("TETHER_DB", str(db))
     assert {"a1", "b1", "acct"} <= {r["id"] for r in cli_json(capsys, "actors")}
+
+
+def test_the_store_is_named_by_url_on_the_command_line_and_in_tether_db(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--db`` and ``$TETHER_DB`` take the URLs ``tether.open_store`` takes: sqlite:/// with a
+    relative or an absolute path."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TETHER_DB", raising=False)
+    by_path = {r["id"] for r in cli_json(capsys, "--db", db, "actors")}
+    assert {"a1", "b1", "acct"} <= by_path
+    assert {r["id"] for r in cli_json(capsys, "--db", f"sqlite:///{db}", "actors")} == by_path
+    assert {r["id"] for r in cli_json(capsys, "--db", "sqlite:///agents.db", "actors")} == by_path
+    monkeypatch.setenv("TETHER_DB", f"sqlite:///{db}")
+    assert {r["id"] for r in cli_json(capsys, "actors")} == by_path
+    code, out, _ = cli(capsys, "migrate")
+    assert (code, out.strip()) == (
+        0,
+        f"sqlite:///{db}: schema version {SCHEMA_VERSION} already; nothing to do",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (":memory:", "exists only inside the process that made it"),
+        ("memory://", "exists only inside the process that made it"),
+        ("postgresql://db/agents", "pip install 'tether[postgres]'"),
+        ("nosuch://x", "unknown store URL scheme 'nosuch'"),
+        ("sqlite:///nope.db", "no store at 'nope.db'"),
+    ],
+)
+def test_a_store_url_the_cli_cannot_open_is_one_line_naming_why(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    problem: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for command in (["actors"], ["migrate"]):
+        code, out, err = cli(capsys, "--db", url, *command)
+        assert (code, out) == (1, ""), command
+        assert_one_line_error(err, problem)
+    assert not (tmp_path / "nope.db").exists()
 
 
 @pytest.mark.parametrize("class_path", ["", ".relative:Actor"])
@@ -874,10 +943,13 @@ def test_migrate_upgrades_a_version_2_store_keeping_every_effect_usable(
     as_schema_v2(db)
     code, out, err = cli(capsys, "--db", db, "migrate")
     assert (code, err) == (0, "")
-    assert "upgraded from schema version 2 to 3" in out
+    assert f"upgraded from schema version 2 to {SCHEMA_VERSION}" in out
     assert effect_rows(db) == rows
     code, out, _ = cli(capsys, "--db", db, "migrate")
-    assert (code, out.strip()) == (0, f"{db}: schema version 3 already; nothing to do")
+    assert (code, out.strip()) == (
+        0,
+        f"{db}: schema version {SCHEMA_VERSION} already; nothing to do",
+    )
 
     key = one_quarantined_key(capsys, db)
     code, _, err = cli(
@@ -895,13 +967,13 @@ def test_migrate_refuses_a_store_a_live_runtime_lists_unless_forced(
 ) -> None:
     """This very process, registered as a runtime, is alive: the upgrade waits for it to stop.
     A runtime whose process has exited is no obstacle."""
-    from tether.runtime.runtime import _process_start
+    from tether.store.hosts import process_start, this_host
 
     as_schema_v2(db)
     con = sqlite3.connect(db)
     con.execute(
         "INSERT INTO runtimes VALUES (?, ?, ?, ?)",
-        ("live-one", socket.gethostname(), os.getpid(), _process_start(os.getpid())),
+        ("live-one", this_host(), os.getpid(), process_start(os.getpid())),
     )
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -911,7 +983,7 @@ def test_migrate_refuses_a_store_a_live_runtime_lists_unless_forced(
     )
     con.execute(
         "INSERT INTO runtimes VALUES (?, ?, ?, ?)",
-        ("gone-one", socket.gethostname(), int(gone.stdout), 1.0),
+        ("gone-one", this_host(), int(gone.stdout), 1.0),
     )
     con.commit()
     con.close()
@@ -923,7 +995,7 @@ def test_migrate_refuses_a_store_a_live_runtime_lists_unless_forced(
     assert dump(db) == before
     code, out, err = cli(capsys, "--db", db, "migrate", "--force")
     assert (code, err) == (0, "")
-    assert "to 3" in out
+    assert f"to {SCHEMA_VERSION}" in out
 
 
 def test_migrate_refuses_a_version_it_has_no_upgrade_from(
@@ -938,3 +1010,53 @@ def test_migrate_refuses_a_version_it_has_no_upgrade_from(
     assert code == 1
     assert_one_line_error(err, "schema version 999", "no upgrade from 999")
     assert dump(db) == before
+
+
+# -- audit --------------------------------------------------------------------------------------
+
+
+def test_audit_lists_every_cli_decision_and_resolution_marked_unauthenticated(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's --by is a name nobody checked: audited with via=cli, shown as such; refused
+    attempts are listed too, newest first."""
+    request_id = one_request_id(capsys, db)
+    key = one_quarantined_key(capsys, db)
+    [letter] = cli_json(capsys, "--db", db, "dead-letters", "list")
+    assert cli(capsys, "--db", db, "approvals", "approve", request_id, "--by", "ann")[0] == 0
+    assert cli(capsys, "--db", db, "approvals", "approve", request_id, "--by", "ann")[0] == 1
+    assert cli(capsys, "--db", db, "quarantine", "resolve", key, "--retry", "--by", "ops")[0] == 0
+    argv = ("dead-letters", "retry", letter["msg_id"], "--by", "dora")
+    assert cli(capsys, "--db", db, *argv)[0] == 0
+
+    rows = cli_json(capsys, "--db", db, "audit")
+    assert [(r["identity"], r["action"], r["outcome"]) for r in rows] == [
+        ("dora", "dead_letter.retry", "allowed"),
+        ("ops", "effect.retry", "allowed"),
+        ("ann", "approve", "refused"),
+        ("ann", "approve", "allowed"),
+    ]
+    assert {(r["via"], r["authenticated"]) for r in rows} == {("cli", False)}
+    assert rows[-1]["target"] == request_id
+    assert (rows[-1]["version_before"], rows[-1]["version_after"]) == (0, 1)
+
+    code, out, _ = cli(capsys, "--db", db, "audit", "--target", request_id)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["SEQ", "WHEN", "WHO"]
+    assert len(lines) == 3
+    assert all("ann (unauthenticated)" in line for line in lines[1:])
+    assert "refused" in lines[1]
+    assert "0->1" in lines[2]
+    assert cli_json(capsys, "--db", db, "audit", "--actor", "acct")[0]["action"] == (
+        "dead_letter.retry"
+    )
+    newest = rows[0]["seq"]
+    assert len(cli_json(capsys, "--db", db, "audit", "--before", str(newest))) == 3
+    assert len(cli_json(capsys, "--db", db, "audit", "--limit", "1")) == 1
+
+
+def test_audit_of_a_store_with_no_attempts_says_so(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(capsys, "--db", db, "audit") == (0, "no audit rows\n", "")

@@ -1,9 +1,13 @@
-"""The ``tether`` command: look into a store file and act on what waits for a person.
+"""The ``tether`` command: look into a store and act on what waits for a person.
 
-Every command but ``demo`` and ``migrate`` opens the store at ``--db`` (default:
-``$TETHER_DB``, else ``tether.db``) for administration only (``Runtime(serve=False)``): no
-actor runs in this process. ``migrate`` upgrades the store file itself, offline. Decisions, resolutions and retries are stored; the runtimes serving the store pick
-them up. A missing store file is an error, never a new empty store.
+Every command but ``demo`` and ``migrate`` opens the store at ``--db`` (a path or a store URL,
+as ``tether.open_store`` takes; default: ``$TETHER_DB``, else ``tether.db``) for
+administration only (``Runtime(serve=False)``): no actor runs in this process, and what it
+reads goes through ``StoreAdmin``. The application's classes and tools are imported by the
+names the store holds, with ``--app-dir`` (default: the current directory) first on
+``sys.path``. ``migrate`` upgrades the store itself, offline. Decisions, resolutions and
+retries are stored; the runtimes serving the store pick them up. A missing store is an error,
+never a new empty store (the store is opened with ``create=False``).
 
 Exit codes: 0 done; 1 the operation failed (unknown id, closed request, invalid tool
 arguments, unreadable store); 2 the command line is wrong; 130 interrupted.
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import json
 import logging
 import os
@@ -29,15 +34,11 @@ import structlog
 
 import tether
 from tether.actors.actor import import_class
+from tether.actors.messages import TOO_DEEP, nesting_problem
 from tether.runtime.approvals import view as approval_view
-from tether.runtime.store import (
-    PARKED,
-    ActorRecord,
-    DeadLetter,
-    EffectRecord,
-    Store,
-    StoredMessage,
-)
+from tether.store.admin import StoreAdmin
+from tether.store.open import open_store
+from tether.store.records import PARKED, ActorRecord, DeadLetter, EffectRecord, StoredMessage
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -68,20 +69,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tether`` command with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     parser = _parser()
     try:
-        args = parser.parse_args(argv)
+        # ``tether console`` takes its own options (tether.console.command): what follows it
+        # is handed over as it is.
+        args, rest = parser.parse_known_args(argv)
+        if rest and args.command != "console":
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as exc:  # --help, or a usage error argparse already explained
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
+        _use_app_dir(args.app_dir)
         if args.command == "demo":
             from tether.demo import run
 
             return run(args.demo_db)
+        if args.command == "console":
+            return _console(args.db, rest)
         _check_args(args)
-        path = _existing_store(args.db)
-        if args.command == "migrate":
-            return _migrate(path, force=args.force)
         with _logs_to_stderr():
-            code: int = anyio.run(_run, path, args.handler, args)
+            code: int = anyio.run(_run, args.db, args)
         return code
     except KeyboardInterrupt:
         print("tether: interrupted", file=sys.stderr)
@@ -102,9 +107,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
-async def _run(path: str, handler: Handler, args: argparse.Namespace) -> int:
-    async with tether.Runtime(path, serve=False) as rt:
-        return await handler(rt, args)
+async def _run(db: str, args: argparse.Namespace) -> int:
+    try:
+        store = open_store(db, create=False)  # a store that does not exist is an error
+        if args.command == "migrate":
+            return await _migrate(store, db, force=args.force)
+        async with tether.Runtime(store=store, serve=False) as rt:
+            handler: Handler = args.handler
+            return await handler(rt, args)
+    except tether.StoreOpenError as exc:
+        if "TETHER_DB" in os.environ:
+            raise
+        raise CliError(f"{exc} (give --db PATH or set TETHER_DB)") from exc
 
 
 def _expected(exc: BaseException) -> BaseException | None:
@@ -142,16 +156,16 @@ def _logs_to_stderr() -> Iterator[None]:
         structlog.reset_defaults()
 
 
-def _existing_store(db: str) -> str:
-    path = Path(db)
-    if not path.exists():
-        hint = "" if "TETHER_DB" in os.environ else " (give --db PATH or set TETHER_DB)"
-        raise CliError(f"no store at {db!r}{hint}")
-    if path.is_dir():
-        raise CliError(f"{db!r} is a directory, not a store file")
-    if path.stat().st_size == 0:
-        raise CliError(f"{db!r} is an empty file, not a tether store")
-    return db
+def _use_app_dir(app_dir: str) -> None:
+    """Put ``app_dir`` first on ``sys.path``, as uvicorn's ``--app-dir`` does: the store names
+    the application's actor classes and tools by module, and the ``tether`` script's own
+    ``sys.path`` holds neither the current directory nor the application's."""
+    path = Path(app_dir)
+    if not path.is_dir():
+        raise CliError(f"--app-dir {app_dir!r} is not a directory", EXIT_USAGE)
+    resolved = str(path.resolve())
+    if resolved not in sys.path:
+        sys.path.insert(0, resolved)
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -166,15 +180,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db",
         default=default_db,
-        help="the store file (default: $TETHER_DB, else tether.db; now %(default)s)",
+        help="the store: a file, or a URL (sqlite:///a.db, postgresql://…); "
+        "default: $TETHER_DB, else tether.db; now %(default)s",
     )
+    app_dir_help = (
+        "import the application's actor classes and tools from DIR "
+        "(put first on sys.path; default: the current directory)"
+    )
+    parser.add_argument("--app-dir", default=".", metavar="DIR", help=app_dir_help)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {tether.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def leaf(
         group: Any, name: str, help_: str, handler: Handler, *, as_json: bool = True
     ) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = group.add_parser(name, help=help_, description=help_)
-        p.add_argument("--db", default=argparse.SUPPRESS, help="the store file")
+        p.add_argument("--db", default=argparse.SUPPRESS, help="the store: a file or a URL")
+        p.add_argument("--app-dir", default=argparse.SUPPRESS, metavar="DIR", help=app_dir_help)
         if as_json:
             p.add_argument("--json", action="store_true", help="print machine-readable JSON")
         p.set_defaults(handler=handler)
@@ -259,11 +281,42 @@ def _parser() -> argparse.ArgumentParser:
     leaf(acts, "list", "dead letters, oldest first", _cmd_dead_list).add_argument(
         "--actor", metavar="ID", help="only this actor's dead letters"
     )
-    leaf(
-        acts, "retry", "put a dead letter back in its actor's mailbox", _cmd_dead_retry
-    ).add_argument("msg_id", metavar="MSG_ID")
-    leaf(acts, "discard", "delete a dead letter for good", _cmd_dead_discard).add_argument(
-        "msg_id", metavar="MSG_ID"
+    for name, help_, handler in (
+        ("retry", "put a dead letter back in its actor's mailbox", _cmd_dead_retry),
+        ("discard", "delete a dead letter for good", _cmd_dead_discard),
+    ):
+        p = leaf(acts, name, help_, handler)
+        p.add_argument("msg_id", metavar="MSG_ID")
+        p.add_argument(
+            "--by",
+            type=_name,
+            default=_login(),
+            metavar="NAME",
+            help="who does it, for the audit log (default: your login name, now %(default)s)",
+        )
+
+    audit = leaf(
+        commands,
+        "audit",
+        "the audit log: every attempted decision or resolution, allowed or refused, newest first",
+        _cmd_audit,
+    )
+    audit.add_argument(
+        "--target", metavar="ID", help="only attempts on this request, key or message"
+    )
+    audit.add_argument("--actor", metavar="ID", help="only attempts concerning this actor")
+    audit.add_argument(
+        "--limit", type=_count, default=100, metavar="N", help="rows to show (default: 100)"
+    )
+    audit.add_argument(
+        "--before", type=_count, metavar="SEQ", help="only rows older than this one (paging)"
+    )
+
+    commands.add_parser(
+        "console",
+        help="the web approval console (pip install 'tether[console]'); "
+        "`tether console --help` for its options",
+        add_help=False,
     )
 
     migrate = commands.add_parser(
@@ -272,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Upgrade the store to this tether's schema version, in one transaction. "
         "Stop every runtime on the store first.",
     )
-    migrate.add_argument("--db", default=argparse.SUPPRESS, help="the store file")
+    migrate.add_argument("--db", default=argparse.SUPPRESS, help="the store: a file or a URL")
     migrate.add_argument(
         "--force",
         action="store_true",
@@ -294,14 +347,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _migrate(path: str, *, force: bool) -> int:
-    from tether.runtime.migrations import migrate
+def _console(db: str, argv: list[str]) -> int:
+    try:
+        from tether.console.command import main as console_main
+    except ImportError as exc:  # the extra is not installed
+        raise CliError(
+            f"the console needs its extra: pip install 'tether[console]' ({exc})"
+        ) from None
+    return console_main(argv, default_db=db)
 
-    before, after = migrate(path, force=force)
+
+async def _migrate(store: tether.Store, db: str, *, force: bool) -> int:
+    before, after = await store.migrate(force=force)
     if before == after:
-        print(f"{path}: schema version {after} already; nothing to do")
+        print(f"{db}: schema version {after} already; nothing to do")
     else:
-        print(f"{path}: upgraded from schema version {before} to {after}")
+        print(f"{db}: upgraded from schema version {before} to {after}")
     return EXIT_OK
 
 
@@ -348,9 +409,15 @@ def _json_arg(text: str, option: str) -> Any:
     # none of them is JSON, and stored as a tool's arguments or result they reach the agent
     # as values no JSON consumer can read back. Refuse them here, before anything is stored.
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+        too_deep = nesting_problem(value)
     except ValueError as exc:  # JSONDecodeError, _NotJson, an int of over 4300 digits
         raise CliError(f"{option} is not valid JSON: {exc}", EXIT_USAGE) from None
+    except RecursionError:  # deeper than json's parser goes, so far beyond the limit
+        too_deep = TOO_DEEP
+    if too_deep is not None:
+        raise CliError(f"{option} cannot be stored: {too_deep}", EXIT_USAGE)
+    return value
 
 
 class _NotJson(ValueError):
@@ -375,6 +442,11 @@ def _json_kind(value: Any) -> str:
 
 
 # -- commands -----------------------------------------------------------------------------------
+
+
+def _admin(rt: tether.Runtime) -> StoreAdmin:
+    """What the commands read from the store: no more than an administration tool may."""
+    return rt.store
 
 
 def _is_session(record: ActorRecord) -> bool:
@@ -421,14 +493,14 @@ class _Corrupt:
 
 async def _cmd_actors(rt: tether.Runtime, args: argparse.Namespace) -> int:
     corrupt = _Corrupt()
-    records = await rt.store.list_actors(on_corrupt=corrupt)
+    records = await _admin(rt).list_actors(on_corrupt=corrupt)
     return await _list_actors(rt, args, records, "actors", corrupt)
 
 
 async def _cmd_sessions(rt: tether.Runtime, args: argparse.Namespace) -> int:
     # A damaged row cannot say whether it is a session: it is listed as corrupt here too.
     corrupt = _Corrupt()
-    records = [r for r in await rt.store.list_actors(on_corrupt=corrupt) if _is_session(r)]
+    records = [r for r in await _admin(rt).list_actors(on_corrupt=corrupt) if _is_session(r)]
     return await _list_actors(rt, args, records, "sessions", corrupt)
 
 
@@ -439,8 +511,9 @@ async def _list_actors(
     what: str,
     corrupt: _Corrupt,
 ) -> int:
-    now = rt.clock()
-    rows = [await _actor_summary(rt.store, rec, now, corrupt) for rec in records]
+    store = _admin(rt)
+    now, lease_now = rt.clock(), await store.store_time()
+    rows = [await _actor_summary(store, rec, now, lease_now, corrupt) for rec in records]
     if args.json:
         _print_json([*rows, *corrupt.json("id")])
     elif not rows and not corrupt.rows:
@@ -471,9 +544,11 @@ async def _list_actors(
 
 
 async def _actor_summary(
-    store: Store, rec: ActorRecord, now: float, corrupt: _Corrupt
+    store: StoreAdmin, rec: ActorRecord, now: float, lease_now: float, corrupt: _Corrupt
 ) -> dict[str, Any]:
-    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT, on_corrupt=corrupt)
+    """``now``: this machine's clock, for message times; ``lease_now``: the store's, which
+    judges leases."""
+    mailbox = await store.list_messages(rec.actor_id, MAILBOX_LIMIT, on_corrupt=corrupt)
     return {
         "id": rec.actor_id,
         "class": rec.class_path,
@@ -485,13 +560,13 @@ async def _actor_summary(
         "journal": await _journal_length(store, rec.actor_id),
         "lease_owner": rec.lease_owner,
         "lease_expires": rec.lease_expires if rec.lease_owner else None,
-        "lease_live": bool(rec.lease_owner) and rec.lease_expires > now,
+        "lease_live": bool(rec.lease_owner) and rec.lease_expires > lease_now,
         "fence": rec.fence,
         "created_at": rec.created_at,
     }
 
 
-async def _journal_length(store: Store, actor_id: str) -> int:
+async def _journal_length(store: StoreAdmin, actor_id: str) -> int:
     """The number of events ever journaled (the journal is never truncated; a snapshot at seq
     N stands for events 1..N, so only the rows after the latest snapshot are read)."""
     snap = await store.load_snapshot(actor_id)
@@ -511,24 +586,26 @@ def _lease_text(row: dict[str, Any]) -> str:
 
 
 async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    store = rt.store
+    store = _admin(rt)
     rec = await store.get_actor(args.actor_id)
     if rec is None:
         raise tether.ActorNotFound(args.actor_id)
-    now = rt.clock()
+    now, lease_now = rt.clock(), await store.store_time()
     corrupt = _Corrupt()
-    summary = await _actor_summary(store, rec, now, corrupt)
+    summary = await _actor_summary(store, rec, now, lease_now, corrupt)
     snap = await store.load_snapshot(rec.actor_id)
     after = await _journal_after(store, rec.actor_id, snap.seq if snap is not None else 0)
     total = summary["journal"]
     first = max(0, total - args.events)
     recent = await _journal_after(store, rec.actor_id, first) if args.events else []
     # Counted by the summary (damaged rows reported there); listed here.
-    mailbox = await store.pending(rec.actor_id, PARKED, MAILBOX_LIMIT, on_corrupt=_Corrupt())
+    mailbox = await store.list_messages(rec.actor_id, MAILBOX_LIMIT, on_corrupt=_Corrupt())
     effects = await store.find_effects(actor_id=rec.actor_id, on_corrupt=corrupt)
     approvals = await rt.approvals.pending(rec.actor_id)
+    session = await _session_view(rt, rec, corrupt)
     out: dict[str, Any] = {
         "actor": summary,
+        "session": session,
         "init": _decode(rec.init),
         "snapshot": None if snap is None else {"seq": snap.seq, "state": _decode(snap.state)},
         "events_since_snapshot": len(after),
@@ -546,7 +623,7 @@ async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     stop = f" ({rec.stop_reason})" if rec.stop_reason else ""
     lease = _lease_text(summary)
     if rec.lease_owner:
-        lease += f", until {_when(rec.lease_expires, now)}"
+        lease += f", until {_when(rec.lease_expires, lease_now)}"
     print(
         _pairs(
             [
@@ -561,6 +638,9 @@ async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
         )
     )
     print()
+    if session is not None:
+        print(_session_text(session))
+        print()
     if snap is None:
         print(f"state: no snapshot; the initial state folded with {len(after)} event(s)")
     else:
@@ -602,7 +682,33 @@ async def _cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _journal_after(store: Store, actor_id: str, seq: int) -> list[tuple[int, Any]]:
+async def _session_view(
+    rt: tether.Runtime, rec: ActorRecord, corrupt: _Corrupt
+) -> dict[str, Any] | None:
+    """An agent session's ``rt.session_info``, from its committed journal (None for another
+    actor, or a class this process cannot import)."""
+    if not _is_session(rec):
+        return None
+    try:
+        return msgspec.to_builtins(await rt.session_info(rec.actor_id))  # type: ignore[no-any-return]
+    except tether.CorruptRecordError as exc:
+        corrupt(rec.actor_id, exc)
+    except tether.ConfigError:  # not importable here: the journal is shown raw below
+        pass
+    return None
+
+
+def _session_text(s: dict[str, Any]) -> str:
+    lines = [f"session: {s['status']}"]
+    if s["task"]:
+        # Committed steps only: the one under way shows once it commits.
+        done = f"{s['steps']} step(s) committed"
+        lines.append(f"  task {s['task']}, {done}: {_cut(s['task_text'])}")
+    lines += [f"  {name}: {_cut(s[name])}" for name in ("belief", "frontier", "outcome") if s[name]]
+    return "\n".join(lines)
+
+
+async def _journal_after(store: StoreAdmin, actor_id: str, seq: int) -> list[tuple[int, Any]]:
     out: list[tuple[int, Any]] = []
     while True:
         rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
@@ -684,7 +790,7 @@ async def _cmd_approvals_list(rt: tether.Runtime, args: argparse.Namespace) -> i
     # A request whose record cannot be decoded is listed as corrupt, by id (``approvals show``
     # on it gives the error).
     corrupt = _Corrupt("approval request(s) cannot be decoded")
-    records = await rt.store.find_approvals(
+    records = await _admin(rt).find_approvals(
         status=status, actor_id=args.session, on_corrupt=corrupt
     )
     rows = [approval_view(r) for r in records]
@@ -765,6 +871,12 @@ def _approval_text(a: tether.ApprovalRequest, now: float) -> str:
     return "\n".join(lines)
 
 
+def _typed(name: str) -> tether.Identity:
+    """The CLI authenticates no one: ``--by`` is a name the person typed, audited as such
+    (names nobody checked count as one approver together towards a quorum)."""
+    return tether.Identity(name=name, via="cli", authenticated=False)
+
+
 async def _cmd_approvals_decide(rt: tether.Runtime, args: argparse.Namespace) -> int:
     decision: tether.Approve | tether.Reject | tether.Modify
     if args.action == "approve":
@@ -773,7 +885,7 @@ async def _cmd_approvals_decide(rt: tether.Runtime, args: argparse.Namespace) ->
         decision = tether.Reject(by=args.by, reason=args.reason)
     else:
         decision = tether.Modify(by=args.by, args=args.modify_args)
-    request = await rt.approvals.decide(args.request_id, decision)
+    request = await rt.approvals.decide(args.request_id, decision, identity=_typed(args.by))
     if args.json:
         _print_json(request)
     elif request.status == "pending":
@@ -858,16 +970,17 @@ async def _cmd_quarantine_show(rt: tether.Runtime, args: argparse.Namespace) -> 
 
 async def _cmd_quarantine_resolve(rt: tether.Runtime, args: argparse.Namespace) -> int:
     q = await rt.quarantine.get(args.key)
+    who = _typed(args.by)
     if args.done:
-        await rt.quarantine.mark_done(args.key, args.result, by=args.by)
+        await rt.quarantine.mark_done(args.key, args.result, identity=who)
         what = "marked done" + (
             f" with result {_compact(args.result)}" if args.result is not None else ""
         )
     elif args.retry:
-        await rt.quarantine.retry(args.key, by=args.by)
+        await rt.quarantine.retry(args.key, identity=who)
         what = "to be called again with the same key"
     else:
-        await rt.quarantine.abort(args.key, args.reason, by=args.by)
+        await rt.quarantine.abort(args.key, args.reason, identity=who)
         what = f"aborted: {args.reason}"
     resolution = "done" if args.done else "retry" if args.retry else "aborted"
     if args.json:
@@ -930,7 +1043,7 @@ def _print_dead_letters(letters: list[DeadLetter], now: float) -> None:
 
 
 async def _cmd_dead_retry(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    await rt.dead_letters.retry(args.msg_id)
+    await rt.dead_letters.retry(args.msg_id, identity=_typed(args.by))
     if args.json:
         _print_json({"msg_id": args.msg_id, "retried": True})
     else:
@@ -939,12 +1052,56 @@ async def _cmd_dead_retry(rt: tether.Runtime, args: argparse.Namespace) -> int:
 
 
 async def _cmd_dead_discard(rt: tether.Runtime, args: argparse.Namespace) -> int:
-    await rt.dead_letters.discard(args.msg_id)
+    await rt.dead_letters.discard(args.msg_id, identity=_typed(args.by))
     if args.json:
         _print_json({"msg_id": args.msg_id, "discarded": True})
     else:
         print(f"{args.msg_id}: discarded")
     return EXIT_OK
+
+
+# -- audit --------------------------------------------------------------------------------------
+
+
+async def _cmd_audit(rt: tether.Runtime, args: argparse.Namespace) -> int:
+    rows = await _admin(rt).list_audit(
+        target=args.target, actor_id=args.actor, before=args.before, limit=args.limit
+    )
+    if args.json:
+        _print_json(rows)
+    elif not rows:
+        print("no audit rows" + (" matching" if args.target or args.actor else ""))
+    else:
+        now = rt.clock()
+        print(
+            _table(
+                ["SEQ", "WHEN", "WHO", "VIA", "ACTION", "TARGET", "VERSION", "OUTCOME", "DETAIL"],
+                [
+                    [
+                        a.seq,
+                        _when(a.at, now),
+                        a.identity if a.authenticated else f"{a.identity} (unauthenticated)",
+                        a.via + (f" {a.remote}" if a.remote else ""),
+                        a.action,
+                        a.target,
+                        "-"
+                        if a.version_before is None
+                        else f"{a.version_before}->{'-' if a.version_after is None else a.version_after}",
+                        a.outcome,
+                        a.detail,
+                    ]
+                    for a in rows
+                ],
+            )
+        )
+    return EXIT_OK
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name (a container's uid without a passwd entry)
+        return f"uid {os.getuid()}"
 
 
 # -- output -------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 import msgspec
@@ -70,6 +70,7 @@ class Worker:
 
     number: int
     proc: subprocess.Popen[str]
+    stdout: IO[str]  # the proc's, piped
 
     @classmethod
     def start(cls, number: int, files: Files, url: str, *, kill: bool) -> Worker:
@@ -83,15 +84,17 @@ class Worker:
                 stdin=subprocess.DEVNULL,
                 text=True,
             )
-        return cls(number, proc)
+        if proc.stdout is None:  # stdout=PIPE always makes one
+            proc.kill()
+            raise RuntimeError("the worker process has no stdout pipe")
+        return cls(number, proc, proc.stdout)
 
     def events(self) -> Iterator[dict[str, Any]]:
         """The worker's events until it exits (killed if it outlives ``WORKER_TIMEOUT``)."""
         watchdog = threading.Timer(WORKER_TIMEOUT, self.proc.kill)
         watchdog.start()
         try:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
+            for line in self.stdout:
                 try:
                     event = json.loads(line)
                 except ValueError:

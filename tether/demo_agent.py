@@ -36,7 +36,7 @@ import structlog
 
 import tether
 from tether.actors.context import ChatMessage, ToolCallRecord
-from tether.runtime.store import Batch, BatchResult
+from tether.store.records import Batch, BatchResult
 from tether.testing.model import ScriptedModel
 from tether.testing.payments import PaymentsClient
 
@@ -161,13 +161,17 @@ async def _refund(order_id: str, amount_cents: int, key: str) -> Refund:
 
 
 @tether.tool(recovery="retry", retry=QUICK_RETRY, timeout=10.0)
-async def refund(order_id: str, amount_cents: int, idempotency_key: str) -> Refund:
+async def refund(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> Refund:
     """Refund an order through the payments service (which honors the idempotency key)."""
     return await _refund(order_id, amount_cents, idempotency_key)
 
 
 @tether.tool(recovery="retry", retry=QUICK_RETRY, timeout=10.0, requires_approval=True)
-async def big_refund(order_id: str, amount_cents: int, idempotency_key: str) -> Refund:
+async def big_refund(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> Refund:
     """Refund a large amount: held until a person approves it."""
     return await _refund(order_id, amount_cents, idempotency_key)
 
@@ -299,13 +303,15 @@ async def work(db: str, kill: bool) -> None:
 
 async def _ask(rt: tether.Runtime, c: Customer, answers: dict[str, str], done: anyio.Event) -> None:
     try:
-        answer = await rt.ref(c.session).ask(
+        result = await rt.ref(c.session).ask(
             tether.UserMessage(c.request), timeout=ASK_TIMEOUT, dedup_key=dedup_key(c)
         )
+    except tether.TaskFailed as exc:  # its last word, and why the task did not finish
+        result = exc.result
     finally:
         done.set()
-    answers[c.session] = answer
-    emit("answer", session=c.session, text=answer)
+    answers[c.session] = result.answer
+    emit("answer", session=c.session, text=result.answer, status=result.status)
 
 
 async def _report_held(rt: tether.Runtime, session: str, reported: set[str]) -> bool:

@@ -4,23 +4,36 @@
 
     TetherError
     ├── ConfigError (ValueError)            a bad actor class, spawn argument or runtime setting
+    │   └── AlreadyApproved                 this approver already counts towards the quorum
     ├── MessageRejected (TypeError)         a message of a type the actor does not accept
     ├── ActorNotFound (LookupError)         no actor with that id in the store
     ├── DeadLetterNotFound (LookupError)    no dead letter with that message id
     ├── ActorStopped                        the actor was stopped; it takes no more messages
+    ├── ActorIdTaken                        add_child cannot give the id to a new child now
+    │   └── AlreadyStarted                  an actor with that id is running (OTP's already_started)
+    ├── ChildStartFailed                    a child failed to start when its supervisor (or add_child)
+    │                                       started it (OTP's failed_to_start_child)
     ├── AskTimeout (TimeoutError)           no reply within the ask's timeout
     ├── MessageDeadLettered                 the asked message failed max_attempts times
+    ├── TaskFailed                          an agent session's task was stopped, cancelled or failed
     ├── RuntimeClosed                       the Runtime is not open
     ├── EffectNotFound (LookupError)        no quarantined effect with that key
     ├── ApprovalNotFound (LookupError)      no approval request with that id
     ├── ApprovalClosed                      the request was already decided, or expired
+    ├── ApprovalChanged                     the request changed since the decider read it
+    ├── NotPermitted (PermissionError)      this identity may not decide or resolve anything
+    ├── WebhookSignatureError               a webhook notice's signature does not hold
+    │                                       (tether.verify_webhook; defined beside it)
     ├── ToolError                           an effect did not produce a result
     │   ├── ToolInputError (ValueError)     the arguments do not fit the tool's schema; nothing ran
     │   ├── ToolFailed                      the tool raised; the error is recorded and replayed
     │   ├── TransientToolError              raised BY a tool: not carried out, safe to call again
+    │   ├── ToolTimeout (TimeoutError)      raised BY a tool: timed out, maybe carried out
+    │   ├── ProviderError                   a model provider's error that asking again will not fix
     │   ├── ToolUnavailable                 the tool's circuit breaker is open; retry after retry_at
     │   ├── LoopDetected                    the session repeats itself; the call was not made
     │   ├── EffectAborted                   a person aborted the quarantined effect
+    │   ├── EffectInterrupted               a CancelTask cut the call short (or it was not made)
     │   ├── ApprovalRejected                a person (or the deadline) rejected the call
     │   └── DeterminismViolation            a replayed step asked for a different effect
     └── StoreError                          the store could not do what was asked
@@ -34,11 +47,15 @@ Cancellation is never wrapped or swallowed: anyio's cancellation exceptions pass
 every layer untouched. Outside the tree, ``StepSuspended`` (a ``BaseException``, like
 cancellation) unwinds a handler whose step must wait for a person; the runtime catches it and
 delivers the message again once the wait is over. Handlers must let it pass.
+
+Warnings (``warnings.warn``, filterable by category) say what works now but will fail later:
+``MainModuleWarning`` (a ``UserWarning``) for a class or tool defined in ``__main__``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class TetherError(Exception):
@@ -47,6 +64,11 @@ class TetherError(Exception):
 
 class ConfigError(TetherError, ValueError):
     """A bad actor class definition, spawn argument or runtime setting."""
+
+
+class AlreadyApproved(ConfigError):
+    """The approver already counts towards the request's quorum (the same person again, or a
+    second name nobody checked): the approval would not count, and is refused."""
 
 
 class MessageRejected(TetherError, TypeError):
@@ -87,6 +109,42 @@ class ActorStopped(TetherError):
         super().__init__(f"actor {actor_id!r} is stopped ({reason or 'no reason given'})")
 
 
+class ActorIdTaken(TetherError):
+    """``add_child`` cannot give this id to a new child now; ``reason`` says why and what would
+    free it (see ``docs/supervision.md``, "Adding a child under a used id")."""
+
+    def __init__(self, actor_id: str, reason: str) -> None:
+        self.actor_id = actor_id
+        self.reason = reason
+        super().__init__(f"actor id {actor_id!r} cannot be given to a new child: {reason}")
+
+
+class AlreadyStarted(ActorIdTaken):
+    """An actor with this id is running (or being restarted by its supervisor): ``add_child``
+    refuses to start a second one (OTP's ``{error, {already_started, Pid}}``). ``parent_id``
+    is the supervisor it runs under, None for a top-level actor."""
+
+    def __init__(self, actor_id: str, parent_id: str | None) -> None:
+        self.parent_id = parent_id
+        where = f"under supervisor {parent_id!r}" if parent_id else "as a top-level actor"
+        super().__init__(actor_id, f"it is already started, {where}")
+
+
+class ChildStartFailed(TetherError):
+    """A child failed to start while its supervisor started (OTP's ``{shutdown,
+    {failed_to_start_child, Id, Reason}}``), or when ``add_child`` started it. The children
+    after it were not started and the ones before it were stopped again, in reverse order; a
+    child added by ``add_child`` was not added (its id can be added again)."""
+
+    def __init__(self, supervisor_id: str, child_id: str, reason: str) -> None:
+        self.supervisor_id = supervisor_id
+        self.child_id = child_id
+        self.reason = reason
+        super().__init__(
+            f"supervisor {supervisor_id!r} could not start its child {child_id!r}: {reason}"
+        )
+
+
 class AskTimeout(TetherError, TimeoutError):
     """No reply arrived within the ask's timeout. The message stays queued and is processed."""
 
@@ -111,6 +169,20 @@ class MessageDeadLettered(TetherError):
             f"message {msg_id} to {actor_id!r} was dead-lettered after {len(attempts)} "
             f"attempt(s) ({why or 'no reason recorded'}); last error: {last}"
         )
+
+
+class TaskFailed(TetherError):
+    """An agent session's task did not finish: it was stopped (a step limit, a loop, a person
+    needed), cancelled, or it failed (a step could not be processed). ``result`` is its
+    ``tether.TaskResult``: the session's last word, the reason and the calls made."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+        self.session_id: str = result.session_id
+        self.task: int = result.task
+        self.status: str = result.status
+        self.reason: str = result.outcome.partition(": ")[2] or result.answer
+        super().__init__(f"task {self.task} of session {self.session_id!r} {result.outcome}")
 
 
 class RuntimeClosed(TetherError):
@@ -187,10 +259,60 @@ class ToolFailed(ToolError):
 
 class TransientToolError(ToolError):
     """Raised by a tool to say the call was NOT carried out and may be made again (a 429, a
-    503, a refused connection). The effect is retried under the tool's retry policy."""
+    503, a refused connection). The effect is retried under the tool's retry policy.
+
+    ``retry_after`` is the receiver's own word on when to try again (an HTTP ``Retry-After``),
+    in seconds: the next attempt waits at least that long, within the policy's ``max_delay``.
+    """
+
+    def __init__(
+        self,
+        tool: str,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.status_code = status_code
+        self.retry_after = retry_after
+        super().__init__(tool, message)
+
+
+class ToolTimeout(ToolError, TimeoutError):
+    """Raised by a tool to say its call timed out: it MAY have been carried out (the request
+    was sent, no answer came). Sorted like any ``TimeoutError``: retried with the same key by
+    ``recovery="retry"`` tools (the session's model is one), otherwise ambiguous and resolved
+    by the tool's recovery policy."""
 
     def __init__(self, tool: str, message: str, *, status_code: int | None = None) -> None:
         self.status_code = status_code
+        super().__init__(tool, message)
+
+
+class ProviderError(ToolError):
+    """A model provider answered with an error that asking again will not fix: a bad request,
+    bad credentials, an unknown model, a quota or spending limit reached. Recorded as the
+    model call's failure and never retried; the session's task stops with it.
+
+    ``status`` is the HTTP status (not ``status_code``: tether sorts errors by that attribute,
+    and a 429 for an exhausted quota must not be retried like a rate limit), ``code`` the
+    provider's error code, ``request_id`` its request id for a support ticket.
+    """
+
+    def __init__(
+        self,
+        tool: str,
+        message: str,
+        *,
+        provider: str,
+        status: int | None,
+        code: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        self.provider = provider
+        self.status = status
+        self.code = code
+        self.request_id = request_id
         super().__init__(tool, message)
 
 
@@ -213,6 +335,20 @@ class EffectAborted(ToolError):
         self.key = key
         self.reason = reason
         super().__init__(tool, f"effect {key} was aborted: {reason}")
+
+
+class EffectInterrupted(ToolError):
+    """The call was interrupted: a message that ends the step's work (``tether.CancelTask``)
+    arrived while the step waited on it (``made``: its outcome, "maybe carried out", is then
+    recorded by the tool's recovery policy) or before it was made (``made`` False: it was not).
+    See ``docs/recovery.md``, "Interrupted calls"."""
+
+    def __init__(self, tool: str, key: str, why: str, *, made: bool) -> None:
+        self.key = key
+        self.why = why
+        self.made = made
+        when = "during the call" if made else "before the call: it was not made"
+        super().__init__(tool, f"call {key} interrupted {when} ({why})")
 
 
 class DeterminismViolation(ToolError):
@@ -258,6 +394,30 @@ class ApprovalClosed(TetherError):
         super().__init__(f"approval request {request_id!r} is closed: {why}")
 
 
+class ApprovalChanged(TetherError):
+    """The request changed (another decision, a modification) after the decider read it:
+    what they saw is not what they would decide on. Read it again."""
+
+    def __init__(self, request_id: str, seen: int, now: int) -> None:
+        self.request_id = request_id
+        self.seen = seen
+        self.now = now
+        super().__init__(
+            f"approval request {request_id!r} changed since it was read (version {seen}, "
+            f"now {now}): read it again before deciding"
+        )
+
+
+class NotPermitted(TetherError, PermissionError):
+    """The identity may not change anything: a viewer's role, a read-only console. The
+    attempt is audited as refused."""
+
+    def __init__(self, who: str, why: str) -> None:
+        self.who = who
+        self.why = why
+        super().__init__(f"{who} may not do this: {why}")
+
+
 class ApprovalRejected(ToolError):
     """The held call was rejected (by a person, or by the deadline's default outcome). The
     call did not run; ``reason`` is the reviewer's instruction to the agent."""
@@ -282,3 +442,9 @@ class LoopDetected(ToolError):
         self.response = response
         self.detail = detail
         super().__init__(tool, f"loop detected ({pattern}, response {response}): {detail}")
+
+
+class MainModuleWarning(UserWarning):
+    """An actor class or tool is defined in ``__main__`` (the script being run), so no other
+    process (the CLI, a console, another runtime) can import it by name. Move it into a module
+    and import it from the script."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import msgspec
 
 import tether
@@ -154,3 +155,146 @@ class ModelessAgent(tether.AgentSession):
     """Sets no model (a base class might): spawning it must be refused."""
 
     tools = [lookup_order]
+
+
+COUNTER_BROKEN = [False]
+
+
+def breakable_counter(text: str) -> int:
+    """The default token counter, until a test breaks it: then every step of a session using
+    it fails before its model call (the step's message ends in the dead letters)."""
+    if COUNTER_BROKEN[0]:
+        raise RuntimeError("the token counter is broken")
+    return len(text) // 4 + 1
+
+
+class BreakableAgent(tether.AgentSession):
+    """Answers from one lookup; its steps fail while COUNTER_BROKEN is set."""
+
+    tools = [lookup_order]
+    model = ScriptedModel(look_then_answer)
+    count_tokens = staticmethod(breakable_counter)
+
+
+# -- a step that waits on a slow tool --------------------------------------------------------------
+
+SLOW_CALLS: list[str] = []  # each call of a slow tool, by tool name, when it starts
+SLOW_VERDICTS: list[tether.Done | tether.NotDone | tether.Unknown] = []
+
+
+async def _wait_for_ever(name: str) -> str:
+    SLOW_CALLS.append(name)
+    await anyio.sleep_forever()
+    return "never"
+
+
+@tether.tool(recovery="retry", timeout=None)
+async def slow_retry(order_id: str, idempotency_key: str) -> str:
+    """A call that never returns, to a receiver that honors keys."""
+    return await _wait_for_ever("slow_retry")
+
+
+@tether.tool(timeout=None)  # recovery="quarantine", the default
+async def slow_quarantine(order_id: str) -> str:
+    """A call that never returns, with an unknown side effect."""
+    return await _wait_for_ever("slow_quarantine")
+
+
+@tether.tool(recovery="reconcile", timeout=None)
+async def slow_reconcile(order_id: str, idempotency_key: str) -> str:
+    """A call that never returns; a reconcile hook can tell whether it happened."""
+    return await _wait_for_ever("slow_reconcile")
+
+
+@slow_reconcile.reconciler
+async def _check_slow(
+    order_id: str, idempotency_key: str
+) -> tether.Done | tether.NotDone | tether.Unknown:
+    return SLOW_VERDICTS.pop(0) if SLOW_VERDICTS else tether.Unknown("no verdict scripted")
+
+
+def call_the_slow_tool(request: tether.ModelRequest) -> tether.ToolCall | tether.FinalAnswer:
+    """The task's text names the tool; one call, then the answer."""
+    if request.bundle.tool_results:
+        return tether.FinalAnswer(text=f"got: {request.bundle.tool_results[-1].result}")
+    users = [m.text for m in request.bundle.messages if m.role == "user"]
+    return tether.ToolCall(tool=users[-1], args={"order_id": "42"})
+
+
+class WaitingAgent(tether.AgentSession):
+    tools = [slow_retry, slow_quarantine, slow_reconcile]
+    model = ScriptedModel(call_the_slow_tool)
+
+
+def repeat_until_reset(request: tether.ModelRequest) -> tether.ToolCall | tether.FinalAnswer:
+    """Looks the same order up until the loop detector resets the context, then answers."""
+    if request.bundle.summary is not None:
+        return tether.FinalAnswer(text=f"answered from the summary: {request.bundle.summary.text}")
+    return tether.ToolCall(tool="lookup_order", args={"order_id": "42"})
+
+
+class CrampedAgent(tether.AgentSession):
+    """Resets its context on a repeat, under a budget that a long task's text nearly fills
+    (the reset summary repeats the task's text)."""
+
+    tools = [lookup_order]
+    context_budget = 300
+    loop_policy = tether.LoopPolicy(repeat=3, on_repeat="reset")
+    model = ScriptedModel(repeat_until_reset)
+
+
+LONG_TASK = "check " * 170 + "order 42"  # its checkpoint fits the budget; with a summary, not
+
+
+class ParallelAgent(tether.AgentSession):
+    """Answers with three calls at once, then with its final answer."""
+
+    tools = [lookup_order]
+    loop_policy = None
+    model = ScriptedModel(
+        [
+            tether.ToolCalls(
+                calls=(
+                    tether.ToolCall(tool="lookup_order", args={"order_id": "43"}, call_id="c1"),
+                    tether.ToolCall(tool="lookup_order", args={"order_id": "404"}, call_id="c2"),
+                    tether.ToolCall(tool="lookup_order", args={"order_id": "42"}, call_id="c3"),
+                ),
+                thought="all three",
+            ),
+            tether.FinalAnswer(text="looked them up"),
+        ]
+    )
+
+
+class ResetMidAnswerAgent(tether.AgentSession):
+    """Repeats a call inside one answer: the loop policy resets the context at the repeat, and
+    the answer's last call, planned on the context just dropped, is not made."""
+
+    tools = [lookup_order]
+    loop_policy = tether.LoopPolicy(
+        repeat=2, on_repeat="reset", cycle_period=None, window=None, no_progress=None
+    )
+    model = ScriptedModel(
+        [
+            tether.ToolCalls(
+                calls=(
+                    tether.ToolCall(tool="lookup_order", args={"order_id": "42"}),
+                    tether.ToolCall(tool="lookup_order", args={"order_id": "42"}),
+                    tether.ToolCall(tool="lookup_order", args={"order_id": "43"}),
+                )
+            ),
+            tether.FinalAnswer(text="started over"),
+        ]
+    )
+
+
+class QuietAgent(tether.AgentSession):
+    """Calls a tool without saying anything, then answers."""
+
+    tools = [lookup_order]
+    model = ScriptedModel(
+        [
+            tether.ToolCall(tool="lookup_order", args={"order_id": "42"}),
+            tether.FinalAnswer(text="done"),
+        ]
+    )

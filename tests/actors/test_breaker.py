@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.actors.breaker_helpers import T0, admitted, call, refused, status, trip
 from tether.actors.guards.breaker import (
     Admitted,
     BreakerCallRecorded,
@@ -19,7 +20,10 @@ from tether.actors.guards.breaker import (
     BreakerHalfOpened,
     BreakerOpened,
     BreakerPolicy,
+    BreakerProbeAdmitted,
+    BreakerProbePassed,
     BreakerProbeReleased,
+    BreakerReset,
     BreakerState,
     CallToken,
     Outcome,
@@ -27,39 +31,6 @@ from tether.actors.guards.breaker import (
     WindowCounts,
 )
 from tether.errors import ConfigError
-
-T0 = 1_700_000_000.0
-
-
-def admitted(core: BreakerCore, now: float) -> CallToken:
-    answer, _ = core.admit(now)
-    assert isinstance(answer, Admitted), answer
-    return answer.token
-
-
-def refused(core: BreakerCore, now: float) -> Refused:
-    answer, events = core.admit(now)
-    assert isinstance(answer, Refused), answer
-    assert events == []
-    return answer
-
-
-def call(
-    core: BreakerCore, now: float, outcome: Outcome, duration: float = 0.1
-) -> list[BreakerEvent]:
-    """Admit a call at ``now`` and record its outcome at once."""
-    return core.record(admitted(core, now), outcome, duration=duration, now=now)
-
-
-def status(core: BreakerCore) -> str:
-    """The status, read through a call so that mypy does not narrow it across decisions."""
-    return core.state.status
-
-
-def trip(core: BreakerCore, now: float) -> None:
-    while status(core) == "closed":
-        call(core, now, "failure")
-
 
 # -- closed -> open ----------------------------------------------------------------------------
 
@@ -267,6 +238,145 @@ def test_slow_probe_reopens_when_slow_calls_are_tracked() -> None:
     assert core.state.trips == 2
 
 
+# -- N probes in half-open ----------------------------------------------------------------------
+
+
+def probing(probes: int) -> BreakerCore:
+    """A breaker that tripped at T0 (open 30 s) and lets ``probes`` trial calls go."""
+    core = BreakerCore(
+        BreakerPolicy(failure_threshold=3, window_size=6, open_duration=30, half_open_probes=probes)
+    )
+    trip(core, T0)
+    return core
+
+
+def test_half_open_admits_n_probes_and_refuses_the_rest() -> None:
+    """half_open_probes=3: three trial calls go, the fourth caller is told when to retry."""
+    core = probing(3)
+    journal: list[BreakerEvent] = []
+    tokens = []
+    for dt in (30, 31, 32):
+        answer, events = core.admit(T0 + dt)
+        assert isinstance(answer, Admitted)
+        assert answer.probe
+        tokens.append(answer.token)
+        journal.extend(events)
+    assert journal == [
+        BreakerHalfOpened(at=T0 + 30, until=T0 + 60),
+        BreakerProbeAdmitted(at=T0 + 31, until=T0 + 61),
+        BreakerProbeAdmitted(at=T0 + 32, until=T0 + 62),
+    ]
+    refusal = refused(core, T0 + 33)
+    assert (refusal.status, refusal.retry_at, refusal.probes) == ("half_open", T0 + 62, 3)
+    assert "3 trial calls are checking" in refusal.describe("search", T0 + 33)
+    assert len({t.generation for t in tokens}) == 1  # one half-open period
+
+
+def test_all_n_probes_must_succeed_to_close() -> None:
+    """Each success but the last is journaled; the N-th closes the breaker."""
+    core = probing(3)
+    tokens = [admitted(core, T0 + 30) for _ in range(3)]
+    assert core.record(tokens[0], "success", duration=1, now=T0 + 31) == [
+        BreakerProbePassed(at=T0 + 31)
+    ]
+    assert core.record(tokens[1], "success", duration=1, now=T0 + 32) == [
+        BreakerProbePassed(at=T0 + 32)
+    ]
+    assert status(core) == "half_open"
+    assert core.state.probes_passed == 2
+    assert core.record(tokens[2], "success", duration=1, now=T0 + 33) == [BreakerClosed(at=T0 + 33)]
+    assert status(core) == "closed"
+
+
+def test_one_failed_probe_reopens_and_the_other_probes_are_stale() -> None:
+    """Two successes then a failure: open again for longer; the last probe's answer is moot."""
+    core = probing(4)
+    tokens = [admitted(core, T0 + 30) for _ in range(4)]
+    for token in tokens[:2]:
+        core.record(token, "success", duration=1, now=T0 + 31)
+    events = core.record(tokens[2], "failure", duration=1, now=T0 + 32)
+    assert events == [
+        BreakerOpened(
+            at=T0 + 32, until=T0 + 92, reason="a trial call failed (2 of 4 had succeeded)", trips=2
+        )
+    ]
+    assert core.record(tokens[3], "success", duration=1, now=T0 + 33) == []
+    assert status(core) == "open"
+    assert core.state.probes_passed == 0
+
+
+@pytest.mark.parametrize("outcome", ["cancelled", "ignored"])
+def test_a_cancelled_or_ignored_probe_of_n_frees_its_permit_only(outcome: Outcome) -> None:
+    """Neither success nor failure: another caller probes in its place, and the other probes
+    still count (their answers are not stale)."""
+    core = probing(2)
+    first, second = admitted(core, T0 + 30), admitted(core, T0 + 30)
+    refused(core, T0 + 31)
+    assert core.record(first, outcome, duration=1, now=T0 + 31) == [
+        BreakerProbeReleased(at=T0 + 31, outcome=outcome)
+    ]
+    assert core.remaining_open(T0 + 31) == 0
+    third = admitted(core, T0 + 31)
+    refused(core, T0 + 31)
+    assert core.record(second, "success", duration=1, now=T0 + 32) == [
+        BreakerProbePassed(at=T0 + 32)
+    ]
+    assert core.record(third, "success", duration=1, now=T0 + 33) == [BreakerClosed(at=T0 + 33)]
+
+
+def test_hung_probes_of_n_are_rearmed_keeping_those_that_passed() -> None:
+    """One probe passed, one hangs: after the open duration another caller probes in the
+    hung one's place; the hung one's late answer is ignored; one more success closes."""
+    core = probing(2)
+    passed, hung = admitted(core, T0 + 30), admitted(core, T0 + 30)
+    core.record(passed, "success", duration=1, now=T0 + 31)
+    assert refused(core, T0 + 59).retry_at == T0 + 60
+    answer, events = core.admit(T0 + 60)
+    assert isinstance(answer, Admitted)
+    assert answer.probe
+    assert events == [BreakerHalfOpened(at=T0 + 60, until=T0 + 90)]
+    assert (core.state.probes_admitted, core.state.probes_passed) == (2, 1)
+    assert core.record(hung, "failure", duration=40, now=T0 + 70) == []  # stale
+    assert core.record(answer.token, "success", duration=1, now=T0 + 71) == [
+        BreakerClosed(at=T0 + 71)
+    ]
+
+
+# -- reset ---------------------------------------------------------------------------------------
+
+
+def test_reset_clears_a_closed_breakers_window() -> None:
+    """resilience4j reset(): the window forgets its calls; a full threshold is needed again."""
+    core = BreakerCore(BreakerPolicy.for_kind("external_api"))
+    call(core, T0, "failure")
+    call(core, T0, "failure")
+    assert core.reset(T0 + 1, by="ops") == [BreakerReset(at=T0 + 1, by="ops")]
+    assert status(core) == "closed"
+    assert core.counts(T0 + 1) == WindowCounts(calls=0, failures=0, slow=0)
+    call(core, T0 + 2, "failure")
+    call(core, T0 + 2, "failure")
+    assert status(core) == "closed"
+    call(core, T0 + 2, "failure")
+    assert status(core) == "open"
+
+
+def test_reset_closes_an_open_breaker_and_forgets_its_trips() -> None:
+    core = probing(2)
+    assert core.reset(T0 + 1, by="ops") == [BreakerReset(at=T0 + 1, by="ops")]
+    assert core.state == BreakerState(generation=core.state.generation)
+    trip(core, T0 + 2)
+    assert core.state.until == T0 + 32  # the first trip again: no growth
+
+
+def test_a_call_in_flight_across_a_reset_is_stale() -> None:
+    """A reset starts afresh: an answer for a call admitted before it changes nothing."""
+    core = BreakerCore(BreakerPolicy.for_kind("external_api"))
+    before = admitted(core, T0)
+    core.reset(T0 + 1, by="ops")
+    assert core.record(before, "failure", duration=1, now=T0 + 2) == []
+    assert core.counts(T0 + 2).calls == 0
+
+
 # -- ignored, cancelled and stale calls while closed ---------------------------------------------
 
 
@@ -329,11 +439,50 @@ def test_minimum_calls_before_rates_are_judged() -> None:
     call(core, T0, "failure")
     call(core, T0, "success")
     assert status(core) == "closed"  # 2/3 = 67 %, but only 3 calls
-    call(core, T0, "success")
-    assert status(core) == "closed"  # successes never trip
-    call(core, T0, "failure")  # 3/5 = 60 %
+    call(core, T0, "success")  # 2/4 = 50 %: the success brings the minimum, and trips
     assert status(core) == "open"
-    assert core.state.reason == "3 of the last 5 calls failed (60%, limit 50%)"
+    assert core.state.reason == "2 of the last 4 calls failed (50%, limit 50%)"
+
+
+def test_failure_rate_is_judged_on_every_recorded_call_successes_included() -> None:
+    """5 calls, 3 failures, limit 50 %: the fifth call, a success, trips (resilience4j)."""
+    policy = BreakerPolicy(
+        failure_threshold=None, failure_rate=0.5, window_size=10, minimum_calls=5
+    )
+    core = BreakerCore(policy)
+    for outcome in ("failure", "failure", "failure", "success"):
+        call(core, T0, outcome)
+    assert status(core) == "closed"  # 3/4, under the minimum of 5 calls
+    assert call(core, T0 + 1, "success") == [
+        BreakerCallRecorded(at=T0 + 1, failed=False),
+        BreakerOpened(
+            at=T0 + 1,
+            until=T0 + 61,
+            reason="3 of the last 5 calls failed (60%, limit 50%)",
+            trips=1,
+        ),
+    ]
+
+
+def test_slow_call_rate_is_judged_on_a_fast_call_too() -> None:
+    """Three slow calls then two fast ones: the fifth, fast, call brings the minimum and trips."""
+    policy = BreakerPolicy(
+        failure_threshold=None,
+        window="time",
+        window_size=60,
+        minimum_calls=5,
+        slow_call_rate=0.5,
+        slow_call_duration=2.0,
+    )
+    core = BreakerCore(policy)
+    for duration in (5.0, 5.0, 5.0, 0.1):
+        call(core, T0, "success", duration=duration)
+    assert status(core) == "closed"
+    call(core, T0 + 1, "success", duration=0.1)
+    assert status(core) == "open"
+    assert core.state.reason == (
+        "3 of 5 calls in the last 60 s took longer than 2 s (60%, limit 50%)"
+    )
 
 
 def test_minimum_calls_is_capped_at_a_count_window() -> None:
@@ -457,6 +606,49 @@ def test_rehydration_is_side_effect_free() -> None:
     assert BreakerCore.fold(policy, []).state == BreakerState()
 
 
+def test_a_snapshot_from_before_half_open_probes_still_decodes() -> None:
+    """A stored state without probe counts (written before ``half_open_probes`` existed)
+    decodes with none out and none passed: its probe died with the process that ran it, so
+    the next caller probes."""
+    old = msgspec.msgpack.encode(
+        {
+            "status": "half_open",
+            "generation": 2,
+            "trips": 1,
+            "opened_at": T0,
+            "until": T0 + 60,
+            "reason": "3 of the last 3 calls failed",
+            "window": [],
+        }
+    )
+    state = msgspec.msgpack.Decoder(BreakerState).decode(old)
+    assert (state.probes_admitted, state.probes_passed) == (0, 0)
+    core = BreakerCore(BreakerPolicy.for_kind("external_api"), state)
+    probe = admitted(core, T0 + 31)
+    assert core.record(probe, "success", duration=1, now=T0 + 32) == [BreakerClosed(at=T0 + 32)]
+
+
+def test_a_journal_from_before_half_open_probes_folds_to_the_same_decisions() -> None:
+    """The events a one-probe breaker journaled (a probe released, then re-armed) fold under
+    the N-probe fold to one probe out, refusals until its time, then a new probe."""
+    policy = BreakerPolicy.for_kind("external_api")
+    journal: list[BreakerEvent] = [
+        BreakerCallRecorded(at=T0, failed=True),
+        BreakerCallRecorded(at=T0, failed=True),
+        BreakerCallRecorded(at=T0, failed=True),
+        BreakerOpened(at=T0, until=T0 + 30, reason="3 of the last 3 calls failed", trips=1),
+        BreakerHalfOpened(at=T0 + 30, until=T0 + 60),
+        BreakerProbeReleased(at=T0 + 31, outcome="cancelled"),
+        BreakerHalfOpened(at=T0 + 32, until=T0 + 62),
+    ]
+    stored = msgspec.msgpack.encode(journal)
+    core = BreakerCore.fold(policy, msgspec.msgpack.decode(stored, type=list[BreakerEvent]))
+    assert (status(core), core.state.probes_admitted, core.state.trips) == ("half_open", 1, 1)
+    assert refused(core, T0 + 61).retry_at == T0 + 62
+    probe = admitted(core, T0 + 62)
+    assert core.record(probe, "success", duration=1, now=T0 + 63) == [BreakerClosed(at=T0 + 63)]
+
+
 def test_events_are_tagged_by_class_name() -> None:
     """Journal payloads name their own type, as tether.Event requires."""
     encoded = msgspec.json.encode(BreakerClosed(at=T0))
@@ -518,9 +710,12 @@ def test_for_kind_rejects_an_unknown_kind_listing_the_known_ones() -> None:
         ({"slow_call_duration": 2.0}, "slow_call_rate"),
         ({"slow_call_rate": 0.5, "slow_call_duration": -1}, "slow_call_duration"),
         ({"minimum_calls": 0}, "minimum_calls"),
+        ({"half_open_probes": 0}, "half_open_probes"),
+        ({"half_open_probes": 2.0}, "half_open_probes"),
+        ({"half_open_probes": True}, "half_open_probes"),
         ({"open_duration": 0}, "open_duration"),
         ({"open_duration": float("inf")}, "open_duration"),
-        ({"open_growth": 0.5}, "open_growth"),
+        ({"open_multiplier": 0.5}, "open_multiplier"),
         ({"max_open_duration": 10, "open_duration": 60}, "max_open_duration"),
         ({"record_on": (ValueError, "KeyError")}, "record_on"),
         ({"ignore": [ValueError]}, "ignore"),
@@ -538,11 +733,11 @@ def test_replace_revalidates_the_policy() -> None:
 
 
 def test_open_duration_growth_does_not_overflow() -> None:
-    policy = BreakerPolicy(open_duration=1, open_growth=10, max_open_duration=3600)
+    policy = BreakerPolicy(open_duration=1, open_multiplier=10, max_open_duration=3600)
     assert policy.open_duration_for(1) == 1
     assert policy.open_duration_for(3) == 100
     assert policy.open_duration_for(10_000) == 3600
-    assert BreakerPolicy(open_growth=1).open_duration_for(50) == 60
+    assert BreakerPolicy(open_multiplier=1).open_duration_for(50) == 60
 
 
 # -- property: the journal is the state ------------------------------------------------------------
@@ -560,13 +755,22 @@ POLICIES = [
         window_size=30,
         minimum_calls=3,
         open_duration=8,
-        open_growth=1.5,
+        open_multiplier=1.5,
+    ),
+    BreakerPolicy(failure_threshold=2, window_size=3, open_duration=6, half_open_probes=3),
+    BreakerPolicy(
+        failure_threshold=None,
+        failure_rate=0.5,
+        window_size=4,
+        minimum_calls=2,
+        open_duration=5,
+        half_open_probes=2,
     ),
 ]
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["admit", "admit", "finish"]),
+        st.sampled_from(["admit", "admit", "admit", "finish", "finish", "reset"]),
         st.floats(min_value=0, max_value=15, allow_nan=False),  # time step
         st.integers(min_value=0, max_value=7),  # which outstanding call
         st.sampled_from(["success", "failure", "failure", "ignored", "cancelled"]),
@@ -581,7 +785,8 @@ OPS = st.lists(
 def test_fold_of_emitted_events_equals_live_state(
     policy_index: int, ops: list[tuple[str, float, int, Outcome, float]]
 ) -> None:
-    """Whatever happens, folding the journal rebuilds the live state, and at most one probe runs."""
+    """Whatever happens, folding the journal rebuilds the live state, and at most
+    ``half_open_probes`` probes run."""
     policy = POLICIES[policy_index]
     live = BreakerCore(policy)
     journal: list[BreakerEvent] = []
@@ -590,13 +795,18 @@ def test_fold_of_emitted_events_equals_live_state(
     for kind, step, pick, outcome, duration in ops:
         now += step
         before = live.state
-        if kind == "admit" or not outstanding:
+        if kind == "reset":
+            events = live.reset(now, by="property")
+        elif kind == "admit" or not outstanding:
             answer, events = live.admit(now)
             if isinstance(answer, Admitted):
                 outstanding.append(answer.token)
                 if answer.probe:
                     assert before.status != "closed"
-                    assert now >= before.until
+                    permit_free = before.status == "half_open" and (
+                        before.probes_admitted < policy.half_open_probes
+                    )
+                    assert permit_free or now >= before.until
             else:
                 assert before.status != "closed"
                 assert answer.retry_at > now
@@ -605,7 +815,11 @@ def test_fold_of_emitted_events_equals_live_state(
             events = live.record(token, outcome, duration=duration, now=now)
         journal.extend(events)
         live_probes = [t for t in outstanding if t.probe and t.generation == live.state.generation]
-        assert len(live_probes) <= 1
+        assert len(live_probes) <= policy.half_open_probes
+        if live.state.status == "half_open":  # the permits out are exactly the probes that
+            # are running and those that succeeded
+            state = live.state
+            assert len(live_probes) == state.probes_admitted - state.probes_passed
         assert BreakerCore.fold(policy, journal).state == live.state
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(journal), type=list[BreakerEvent])
     assert BreakerCore.fold(policy, decoded).state == live.state

@@ -60,24 +60,24 @@ def test_everything_fits() -> None:
     assert bundle.trimmed == Trimmed()
 
 
-def test_pinned_lanes_are_never_trimmed() -> None:
+def test_pinned_lanes_and_the_summary_are_never_trimmed() -> None:
     frags: list[Fragment] = [*PINNED, Constraint("ask first"), Summary("s"), msg(1), tool(1)]
-    bundle = assemble(frags, budget=4, count_tokens=one_per_fragment)
+    bundle = assemble(frags, budget=5, count_tokens=one_per_fragment)
     assert bundle.goal == Goal("refund order 7")
     assert bundle.constraints == (Constraint("never refund twice"), Constraint("ask first"))
     assert bundle.checkpoint == Checkpoint("c1")
-    assert bundle.summary is None
+    assert bundle.summary == Summary("s")
     assert bundle.history == ()
-    assert bundle.tokens_used == 4
-    assert bundle.trimmed == Trimmed(messages=1, tool_results=1, summary=1)
-    assert bundle.trimmed.total == 3
+    assert bundle.tokens_used == 5
+    assert bundle.trimmed == Trimmed(messages=1, tool_results=1)
+    assert bundle.trimmed.total == 2
 
 
-def test_trim_order_messages_then_tools_then_summary() -> None:
+def test_trim_order_messages_then_tools_and_never_the_summary() -> None:
     m1, m2, m3, t1, t2, t3 = msg(1), msg(2), msg(3), tool(1), tool(2), tool(3)
     frags: list[Fragment] = [*PINNED, Summary("s"), m1, t1, m2, t2, m3, t3]
     seen = {}
-    for budget in range(10, 2, -1):
+    for budget in range(10, 3, -1):
         b = assemble(frags, budget=budget, count_tokens=one_per_fragment)
         seen[budget] = (b.history, b.summary is not None, b.trimmed, b.tokens_used)
     assert seen == {
@@ -88,8 +88,9 @@ def test_trim_order_messages_then_tools_then_summary() -> None:
         6: ((t2, t3), True, Trimmed(messages=3, tool_results=1), 6),
         5: ((t3,), True, Trimmed(messages=3, tool_results=2), 5),
         4: ((), True, Trimmed(messages=3, tool_results=3), 4),
-        3: ((), False, Trimmed(messages=3, tool_results=3, summary=1), 3),
     }
+    with pytest.raises(ConfigError, match="the thread summary needs 1 tokens"):
+        assemble(frags, budget=3, count_tokens=one_per_fragment)
 
 
 def test_trimming_stops_as_soon_as_it_fits() -> None:
@@ -108,6 +109,28 @@ def test_trimming_stops_as_soon_as_it_fits() -> None:
 def test_over_budget_pinned_raises_config_error() -> None:
     with pytest.raises(ConfigError, match=r"need 3 tokens, 1 over the budget of 2"):
         assemble([*PINNED, msg(1)], budget=2, count_tokens=one_per_fragment)
+
+
+def test_a_summary_that_does_not_fit_is_refused_by_name_not_dropped() -> None:
+    def by_length(text: str) -> int:
+        return len(text)
+
+    pinned_cost = sum(len(fragment_text(f)) for f in PINNED)
+    summary = Summary("what happened before: " + "x" * 100)
+    summary_cost = len(fragment_text(summary))
+    budget = pinned_cost + summary_cost - 1
+    frags: list[Fragment] = [*PINNED, summary, msg(1)]
+    with pytest.raises(ConfigError) as refused:
+        assemble(frags, budget=budget, count_tokens=by_length)
+    assert str(refused.value) == (
+        f"the thread summary needs {summary_cost} tokens, 1 over the {summary_cost - 1} the "
+        f"budget of {budget} leaves after the goal, constraints and checkpoint; it is never "
+        "trimmed (the history it stands for is gone), so raise the budget or write a shorter "
+        "summary"
+    )
+    # One token more and it is kept whole, the history trimmed around it.
+    bundle = assemble(frags, budget=budget + 1, count_tokens=by_length)
+    assert (bundle.summary, bundle.history) == (summary, ())
 
 
 def test_custom_counter_is_used_for_every_fragment() -> None:
@@ -208,10 +231,12 @@ fragments = st.one_of(
 fragment_lists = st.tuples(st.none() | st.builds(Goal, texts), st.lists(fragments, max_size=25))
 
 
-def pinned_cost(frags: list[Fragment]) -> int:
+def never_trimmed_cost(frags: list[Fragment]) -> int:
+    """What the goal, constraints, last checkpoint and last summary cost together."""
     checkpoints = [f for f in frags if isinstance(f, Checkpoint)]
-    pinned = [f for f in frags if isinstance(f, Goal | Constraint)] + checkpoints[-1:]
-    return sum(default_counter(fragment_text(f)) for f in pinned)
+    summaries = [f for f in frags if isinstance(f, Summary)]
+    kept = [f for f in frags if isinstance(f, Goal | Constraint)] + checkpoints[-1:]
+    return sum(default_counter(fragment_text(f)) for f in kept + summaries[-1:])
 
 
 @given(fragment_lists, st.integers(min_value=0, max_value=600))
@@ -220,7 +245,7 @@ def test_assembly_is_deterministic_and_within_budget(
 ) -> None:
     goal, rest = goal_and_rest
     frags: list[Fragment] = ([goal] if goal is not None else []) + rest
-    if pinned_cost(frags) > budget:
+    if never_trimmed_cost(frags) > budget:
         with pytest.raises(ConfigError):
             assemble(frags, budget=budget)
         return
@@ -246,9 +271,9 @@ def test_assembly_is_deterministic_and_within_budget(
     assert len(first.tool_results) + first.trimmed.tool_results == len(tools)
     assert list(first.messages) == msgs[first.trimmed.messages :]
     assert list(first.tool_results) == tools[first.trimmed.tool_results :]
-    # the fixed order: no tool result is trimmed while a message is kept, no summary while
-    # any history is kept
+    # the fixed order: no tool result is trimmed while a message is kept; never the summary
     if first.trimmed.tool_results:
         assert not first.messages
-    if first.trimmed.summary:
-        assert not first.history
+    summaries = [f for f in frags if isinstance(f, Summary)]
+    assert first.summary == (summaries[-1] if summaries else None)
+    assert first.trimmed.summary == 0

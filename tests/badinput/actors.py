@@ -118,7 +118,7 @@ AMBIGUOUS: set[str] = set()
 @tether.tool(
     recovery="retry", breaker=None, retry=tether.RetryPolicy(max_attempts=3, initial_delay=0)
 )
-async def pay(order_id: str, cents: int, idempotency_key: str) -> str:
+async def pay(order_id: str, cents: int, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     """Pay an order (honors idempotency keys)."""
     CALLS.append(("pay", idempotency_key))
     left = TRANSIENT.get(order_id, 0)
@@ -129,7 +129,7 @@ async def pay(order_id: str, cents: int, idempotency_key: str) -> str:
 
 
 @tether.tool(breaker=None, retry=tether.RetryPolicy(max_attempts=1))
-async def ship(order_id: str, idempotency_key: str) -> str:
+async def ship(order_id: str, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     """Ship an order (quarantined when its outcome is unknown)."""
     CALLS.append(("ship", idempotency_key))
     if order_id in AMBIGUOUS:
@@ -139,7 +139,7 @@ async def ship(order_id: str, idempotency_key: str) -> str:
 
 
 @tether.tool(recovery="retry", breaker=None, requires_approval=True)
-async def wire(to: str, cents: int, idempotency_key: str) -> str:
+async def wire(to: str, cents: int, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     """Wire money: always held for a person."""
     CALLS.append(("wire", idempotency_key))
     return f"wired {cents} to {to}"
@@ -402,3 +402,90 @@ class Fibber(tether.Actor[SumState]):
 
     async def handle(self, msg: Fib) -> str:
         return 5  # type: ignore[return-value]
+
+
+# -- documents nested too deep, results too large ------------------------------------------------
+
+ARCHIVED: list[Any] = []  # every document `archive` or `publish` really received
+
+
+def nested(levels: int) -> Any:
+    """A list ``levels`` lists deep (built in a loop: no recursion)."""
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@tether.tool(recovery="retry", breaker=None)
+async def archive(doc: Any, idempotency_key: str = tether.RUNTIME_KEY) -> int:
+    ARCHIVED.append(doc)
+    return len(ARCHIVED)
+
+
+@tether.tool(recovery="retry", breaker=None, requires_approval=True)
+async def publish(doc: Any, idempotency_key: str = tether.RUNTIME_KEY) -> str:
+    ARCHIVED.append(doc)
+    return "published"
+
+
+# tool name -> how many bytes of text its next call returns
+RETURNS: dict[str, int] = {}
+
+
+@tether.tool(recovery="retry", breaker=None)
+async def read_page(url: str, idempotency_key: str = tether.RUNTIME_KEY) -> str:
+    """Read a web page (may be anything, of any size)."""
+    return "p" * RETURNS.get("read_page", 10)
+
+
+@tether.tool(breaker=None)
+async def render_report(title: str) -> str:
+    """Render a report (its receiver ignores keys: quarantined when in doubt)."""
+    return "r" * RETURNS.get("render_report", 10)
+
+
+class Archive(tether.Message):
+    levels: int  # the handler builds a document this deep (a message could not carry it)
+
+
+class Publish(tether.Message):
+    doc: Any = None
+
+
+class Render(tether.Message):
+    tool: str  # "read_page" or "render_report"
+
+
+class Archivist(Shop):
+    """A shop's clerk that files documents and reports (its outcomes kept as the shop's)."""
+
+    async def handle(self, msg: Archive | Publish | Render | Log) -> list[str] | str:  # type: ignore[override]
+        text: str
+        match msg:
+            case Archive(levels=n):
+                try:
+                    text = f"archived #{await self.effect(archive, doc=nested(n))}"
+                except tether.ToolInputError as exc:
+                    text = f"refused: {exc.problem}"
+            case Publish(doc=d):
+                text = await self.effect(publish, doc=d)
+            case Render(tool=name):
+                tool = read_page if name == "read_page" else render_report
+                args = {"url": "https://example.com"} if name == "read_page" else {"title": "q3"}
+                try:
+                    text = str(await self.effect(tool, **args))
+                except tether.ToolFailed as exc:
+                    text = f"failed: {exc.error}"
+            case Log():
+                return self.state.outcomes
+        self.persist(Outcome(text=text))
+        return text if len(text) <= 500 else f"{text[:100]}… ({len(text)} chars)"
+
+
+class Reader(tether.AgentSession):
+    """A clerk that can also read pages (of any size)."""
+
+    tools = [lookup, read_page]
+    model = SCRIPT
+    loop_policy = None

@@ -328,9 +328,9 @@ async def test_malformed_calls_are_fed_back_once_each_and_a_valid_call_resets_th
     is fed back, none escalates (they are not in a row), and the task finishes."""
     async with fast(tmp_path / "a.db") as rt:
         clerk = await rt.spawn(b.FixedClerk, "c1", goal="Check orders")
-        answer = await clerk.ask(tether.UserMessage("check 42 and 43"), timeout=10)
+        result = await clerk.ask(tether.UserMessage("check 42 and 43"), timeout=10)
         info = await clerk.ask(GetSessionInfo(), timeout=5)
-    assert answer == "both delivered"
+    assert result.answer == "both delivered"
     assert info.outcome == "finished"
     assert b.LOOKUPS == ["42", "43"]
 
@@ -366,7 +366,9 @@ async def test_two_malformed_calls_in_a_row_escalate_the_task_and_nothing_runs(
     b.SCRIPT.lines[:] = [first, second]
     async with fast(tmp_path / "a.db") as rt:
         clerk = await rt.spawn(b.Clerk, "c1", goal="Check orders")
-        answer = await clerk.ask(tether.UserMessage("check 1"), timeout=10)
+        with pytest.raises(tether.TaskFailed) as caught:
+            await clerk.ask(tether.UserMessage("check 1"), timeout=10)
+        answer = caught.value.result.answer
         info = await clerk.ask(GetSessionInfo(), timeout=5)
         # The first error went back to the model with the second request.
         [fed_back] = b.SCRIPT.requests[1].bundle.tool_results
@@ -398,7 +400,9 @@ async def test_a_model_answer_that_is_not_a_decision_ends_the_task_clearly(
     b.SCRIPT.lines[:] = [decision, tether.FinalAnswer(text="fine now")]
     async with fast(tmp_path / "a.db") as rt:
         clerk = await rt.spawn(b.Clerk, "c1", goal="Check orders")
-        answer = await clerk.ask(tether.UserMessage("check 1"), timeout=10)
+        with pytest.raises(tether.TaskFailed) as caught:
+            await clerk.ask(tether.UserMessage("check 1"), timeout=10)
+        answer = caught.value.result.answer
         info = await clerk.ask(GetSessionInfo(), timeout=5)
         assert info.outcome.startswith("stopped: the model failed")
         assert answer.startswith("I could not continue")
@@ -428,11 +432,26 @@ def test_bad_runtime_settings_name_the_setting(option: str, value: object) -> No
         tether.Runtime(":memory:", **{option: value})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("path", ["a.db", ":memory:"])
-def test_a_bad_durability_names_the_setting(tmp_path: Path, path: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        ("a.db", "durability must be 'full' or 'normal', not 'sometimes'"),
+        (":memory:", "the memory store takes no option 'durability'"),
+    ],
+)
+def test_a_bad_durability_names_the_setting(tmp_path: Path, path: str, problem: str) -> None:
+    """A durability SQLite does not know is refused by name; a store that has no such setting
+    (memory) refuses the option itself, never ignores it."""
     where = path if path == ":memory:" else tmp_path / path
-    with pytest.raises(tether.ConfigError, match="durability must be 'full' or 'normal'"):
-        tether.Runtime(where, durability="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(tether.ConfigError, match=problem):
+        tether.Runtime(where, durability="sometimes")
+
+
+def test_a_durability_given_to_a_store_that_has_none_is_refused_not_ignored() -> None:
+    """The memory store has no durability setting: ``durability="normal"`` on it is refused by
+    name (it was ignored), as any option a store does not take."""
+    with pytest.raises(tether.ConfigError, match="the memory store takes no option 'durability'"):
+        tether.Runtime(":memory:", durability="normal")
 
 
 def test_a_durability_beside_a_store_of_its_own_is_refused_not_ignored(tmp_path: Path) -> None:
@@ -464,14 +483,14 @@ def test_a_durability_beside_a_store_of_its_own_is_refused_not_ignored(tmp_path:
         (lambda: tether.ApprovalPolicy(timeout=0), "timeout"),
         (lambda: tether.ApprovalPolicy(timeout=math.nan), "timeout"),
         (lambda: tether.ApprovalPolicy(on_timeout="ask"), "on_timeout"),  # type: ignore[arg-type]
-        (lambda: tether.ApprovalPolicy(approvers=0), "approvers"),
+        (lambda: tether.ApprovalPolicy(approvers_needed=0), "approvers_needed"),
         (lambda: tether.ChildSpec(b.Ledger, "c", restart="sometimes"), "restart"),  # type: ignore[arg-type]
         (lambda: tether.ChildSpec(b.Ledger, "c", shutdown=-1), "shutdown"),
         (lambda: tether.ChildSpec(b.Ledger, "c", shutdown="later"), "shutdown"),  # type: ignore[arg-type]
         (lambda: tether.ChildSpec(b.Ledger, "c", colour="red"), "colour"),
         (lambda: tether.OneForOne(max_restarts=-1), "max_restarts"),
         (lambda: tether.OneForOne(within=0), "within"),
-        (lambda: tether.Backoff(initial=2, max=1), "Backoff"),
+        (lambda: tether.Backoff(initial_delay=2, max_delay=1), "Backoff"),
     ],
 )
 def test_bad_policy_values_name_the_field(make: Any, field: str) -> None:
@@ -485,14 +504,14 @@ def test_bad_policy_values_name_the_field(make: Any, field: str) -> None:
         # bool is an int to isinstance(): True passes as 1 where Runtime and the guards refuse it
         (lambda: tether.RetryPolicy(max_attempts=True), "max_attempts"),
         (lambda: tether.RetryPolicy(initial_delay=True), "initial_delay"),
-        (lambda: tether.ApprovalPolicy(approvers=True), "approvers"),
+        (lambda: tether.ApprovalPolicy(approvers_needed=True), "approvers_needed"),
         (lambda: tether.ApprovalPolicy(timeout=True), "timeout"),
         (lambda: tether.ChildSpec(b.Ledger, "c", shutdown=True), "shutdown"),
         (lambda: tether.OneForOne(within=True), "within"),
         # NaN compares false with everything: `within <= 0` lets it through
         (lambda: tether.OneForOne(within=math.nan), "within"),
         # a string compared with a number: a bare TypeError instead of ConfigError
-        (lambda: tether.Backoff(initial="fast"), "Backoff"),  # type: ignore[arg-type]
+        (lambda: tether.Backoff(initial_delay="fast"), "Backoff"),  # type: ignore[arg-type]
     ],
 )
 def test_bool_nan_and_wrong_types_in_policies_are_refused_by_name(make: Any, field: str) -> None:

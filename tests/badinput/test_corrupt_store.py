@@ -4,7 +4,7 @@ the runtime keeps serving every other actor, and nothing acknowledged elsewhere 
 
 Already covered elsewhere, not repeated here: an undecodable mailbox payload and a journal row
 of one byte (``tests/runtime/test_runtime.py``); opening random bytes, another program's SQLite
-file and schema version 999 on a bare ``SqliteStore`` (``tests/runtime/test_sqlite_store.py``).
+file and schema version 999 on a bare ``SqliteStore`` (``tests/store/test_sqlite_store.py``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import pytest
 
 import tether
 from tests.badinput import actors as b
-from tether.runtime.sqlite_store import SqliteStore
+from tether.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

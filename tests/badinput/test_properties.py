@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 import tether
 from tests.badinput import actors as b
-from tether.runtime.sqlite_store import SqliteStore
+from tether.store.sqlite import SqliteStore
 
 MAX_ATTEMPTS = 4  # >= 2 + restarts: a graceful restart may cost a retried message one attempt
 MAX_RESTARTS = 2

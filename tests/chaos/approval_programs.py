@@ -39,7 +39,7 @@ import msgspec
 
 import tether
 from tests.chaos.programs import LEASE_TTL, POLL, append_line, configure_logging, report
-from tether.runtime.store import Batch, BatchResult
+from tether.store.records import Batch, BatchResult
 
 SESSION = "payer"
 REQUESTED: dict[str, Any] = {"to": "acme", "cents": 5000}
@@ -59,7 +59,7 @@ CONFIG = _Config()
 
 
 @tether.tool(recovery="retry", requires_approval=True)
-async def pay(to: str, cents: int, idempotency_key: str) -> str:
+async def pay(to: str, cents: int, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     """Pay a supplier: irreversible, so every call waits for a person."""
     record = {"to": to, "cents": cents, "key": idempotency_key, "pid": os.getpid()}
     append_line(CONFIG.log, {**record, "at": time.time()})
@@ -107,7 +107,7 @@ class Payer(tether.Actor[PayerState]):
 
 
 class QuorumPayer(Payer):
-    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers=2)
+    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers_needed=2)
 
 
 class HastyPayer(Payer):
@@ -185,12 +185,16 @@ async def agent_program(db: str, log: str, class_name: str, kill: str) -> None:
             for r in await rt.store.find_effects(actor_id=SESSION)
         ]
         report(f"ledger={json.dumps(ledger)}")
-        approvals = [
-            await rt.approvals.get(r.request_id)
-            for r in await rt.store.find_approvals(actor_id=SESSION)
-        ]
-        report(f"approvals={_dumps(approvals)}")
+        report(f"approvals={_dumps(await requests_of(rt, SESSION))}")
         report("finished")
+
+
+async def requests_of(rt: tether.Runtime, session: str) -> list[tether.ApprovalRequest]:
+    """Every request of ``session``, whatever its status, as a person sees it."""
+    return [
+        await rt.approvals.get(r.request_id)
+        for r in await rt.store.find_approvals(actor_id=session)
+    ]
 
 
 async def decide_program(db: str, request_id: str, kind: str, by: str, extra: str = "") -> None:

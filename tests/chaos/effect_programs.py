@@ -42,7 +42,7 @@ import msgspec
 
 import tether
 from tests.chaos.programs import LEASE_TTL, POLL, append_line, configure_logging, report
-from tether.runtime.store import Batch, BatchResult
+from tether.store.records import Batch, BatchResult
 from tether.testing.payments import PaymentsClient, refund_count, refunds
 
 SESSIONS = 3
@@ -96,19 +96,25 @@ async def _refund(tool: str, order_id: str, amount_cents: int, key: str) -> Refu
 
 
 @tether.tool(recovery="retry", timeout=CALL_TIMEOUT, retry=RETRY)
-async def refund_retry(order_id: str, amount_cents: int, idempotency_key: str) -> Refund:
+async def refund_retry(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> Refund:
     """Refund an order; the service is trusted to honor the key, so ambiguity is retried."""
     return await _refund("refund_retry", order_id, amount_cents, idempotency_key)
 
 
 @tether.tool(timeout=CALL_TIMEOUT, retry=RETRY)  # recovery="quarantine", the default
-async def refund_quarantine(order_id: str, amount_cents: int, idempotency_key: str) -> Refund:
+async def refund_quarantine(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> Refund:
     """Refund an order; an ambiguous call is held for a person."""
     return await _refund("refund_quarantine", order_id, amount_cents, idempotency_key)
 
 
 @tether.tool(recovery="reconcile", timeout=CALL_TIMEOUT, retry=RETRY)
-async def refund_reconcile(order_id: str, amount_cents: int, idempotency_key: str) -> Refund:
+async def refund_reconcile(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> Refund:
     """Refund an order; an ambiguous call is settled by asking the service."""
     return await _refund("refund_reconcile", order_id, amount_cents, idempotency_key)
 

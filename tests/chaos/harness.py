@@ -21,16 +21,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Child:
-    """One child program, its output in ``<dir>/<name>.out`` and ``<dir>/<name>.err``."""
+    """One child program, its output in ``<dir>/<name>.out`` and ``<dir>/<name>.err``:
+    ``python -m MODULE SCENARIO ARGS...`` (``tests.chaos.programs`` unless said)."""
 
-    def __init__(self, directory: Path, name: str, scenario: str, *args: object) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        scenario: str,
+        *args: object,
+        module: str = "tests.chaos.programs",
+    ) -> None:
         self.name = name
         self.out = directory / f"{name}.out"
         self.err = directory / f"{name}.err"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.chaos.programs", scenario, *map(str, args)],
+                [sys.executable, "-m", module, scenario, *map(str, args)],
                 cwd=ROOT,
                 stdout=out,
                 stderr=err,
@@ -49,6 +57,13 @@ class Child:
         prefix = f"{key}="
         found = [line[len(prefix) :] for line in self.lines() if line.startswith(prefix)]
         return found[-1] if found else None
+
+    def reported(self, key: str) -> Any:
+        """The JSON value of the last ``key=<json>`` line; fails, showing the output, if none."""
+        value = self.value(key)
+        if value is None:
+            raise AssertionError(f"{self.name} reported no {key}= line\n{self.describe()}")
+        return json.loads(value)
 
     def has(self, line: str) -> bool:
         """Whether the child reported ``line``, alone or as ``line ...`` or ``line=...``."""
@@ -125,14 +140,15 @@ class Child:
 class Children:
     """Every child a test started; ``close`` reaps them all (use in ``finally``)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, module: str = "tests.chaos.programs") -> None:
         self.directory = directory
+        self.module = module  # the program module every child runs
         self.started: list[Child] = []
         self._names: dict[str, int] = {}
 
     def start(self, name: str, scenario: str, *args: object) -> Child:
         n = self._names[name] = self._names.get(name, 0) + 1
-        child = Child(self.directory, f"{name}-{n}", scenario, *args)
+        child = Child(self.directory, f"{name}-{n}", scenario, *args, module=self.module)
         self.started.append(child)
         return child
 

@@ -29,6 +29,7 @@ import msgspec
 import structlog
 
 import tether
+from tether.testing import ScriptedModel
 
 LEASE_TTL = 1.0
 POLL = 0.05
@@ -337,6 +338,40 @@ async def enqueue_program(db: str, n: str, mode: str) -> None:
     report("closed")
 
 
+# -- a session whose step kills its process ----------------------------------------------------
+
+
+@tether.tool(recovery="retry", breaker=None)
+async def crash(order_id: str) -> str:
+    """Kills the process calling it (a poisonous step: every delivery dies in it)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+def call_crash(request: tether.ModelRequest) -> tether.ToolCall:
+    return tether.ToolCall(tool="crash", args={"order_id": "42"})
+
+
+class CrashingAgent(tether.AgentSession):
+    tools = [crash]
+    model = ScriptedModel(call_crash)
+
+
+async def session_kill_program(db: str, max_attempts: str) -> None:
+    """Give the session a task (the test asks for it, from its own process, with the same
+    dedup key) and wait until the task is over."""
+    async with runtime(db, max_attempts=int(max_attempts)) as rt:
+        ref = await rt.spawn(CrashingAgent, "s1", goal="crash")
+        report("ready")
+        await ref.tell(tether.UserMessage("go"), dedup_key="task")
+        while (info := await ref.ask(tether.GetSessionInfo(), timeout=30)).status in (
+            "idle",
+            "working",
+        ):
+            await anyio.sleep(POLL)
+        report(f"status={info.status}")
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 PROGRAMS: dict[str, Callable[..., Awaitable[None]]] = {
@@ -345,6 +380,7 @@ PROGRAMS: dict[str, Callable[..., Awaitable[None]]] = {
     "race": race_program,
     "stall": stall_program,
     "enqueue": enqueue_program,
+    "session-kill": session_kill_program,
 }
 
 

@@ -31,7 +31,7 @@ async def _owner_pid(store: tether.Store, actor_id: str) -> int | None:
     rec = await store.get_actor(actor_id)
     if rec is None or rec.lease_owner is None or rec.lease_expires < time.time():
         return None
-    pids = {rid: pid for rid, _host, pid, _started in await store.list_runtimes()}
+    pids = {r.runtime_id: r.pid for r in await store.list_runtimes()}
     return pids.get(rec.lease_owner)
 
 

@@ -60,9 +60,9 @@ async def _interjection(db: Path) -> None:
         [request] = await rt.approvals.pending()
         await rt.approvals.decide(request.request_id, tether.Approve(by="ops"))
         with anyio.move_on_after(5):
-            while (await session.ask(GetSessionInfo(), timeout=5)).status != "idle":
+            while (await session.ask(GetSessionInfo(), timeout=5)).status == "working":
                 await anyio.sleep(0.05)
         held = await rt.quarantine.list()
         assert held == [], [h.reason for h in held]
         info = await session.ask(GetSessionInfo(), timeout=5)
-        assert (info.status, info.outcome) == ("idle", "finished")
+        assert (info.status, info.outcome) == ("finished", "finished")

@@ -58,7 +58,7 @@ import msgspec
 
 import tether
 from tests.chaos.programs import configure_logging, report
-from tether.runtime.store import Batch, BatchResult
+from tether.store.records import Batch, BatchResult
 from tether.testing import ScriptedModel
 from tether.testing.payments import PaymentsClient, refunds
 
@@ -197,19 +197,25 @@ async def _pay(tool: str, url: str, order_id: str, cents: int, key: str) -> str:
 
 
 @tether.tool(recovery="retry", timeout=CALL_TIMEOUT, retry=RETRY)
-async def refund_keyed(order_id: str, amount_cents: int, idempotency_key: str) -> str:
+async def refund_keyed(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> str:
     """Refund an order through the service that honors keys: ambiguity is retried."""
     return await _pay("refund_keyed", WHERE.keyed_url, order_id, amount_cents, idempotency_key)
 
 
 @tether.tool(recovery="quarantine", timeout=CALL_TIMEOUT, retry=RETRY)
-async def charge_once(ident: str, amount_cents: int, idempotency_key: str) -> str:
+async def charge_once(
+    ident: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> str:
     """A non-idempotent charge (the service ignores keys): ambiguity is held for a person."""
     return await _pay("charge_once", WHERE.loose_url, ident, amount_cents, idempotency_key)
 
 
 @tether.tool(recovery="retry", requires_approval=True, timeout=CALL_TIMEOUT, retry=RETRY)
-async def big_refund(order_id: str, amount_cents: int, idempotency_key: str) -> str:
+async def big_refund(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> str:
     """A large refund: a person approves it first (the service honors keys)."""
     return await _pay("big_refund", WHERE.keyed_url, order_id, amount_cents, idempotency_key)
 
@@ -251,7 +257,7 @@ class WorldAgent(tether.AgentSession):
 
 
 @tether.tool(recovery="retry", requires_approval=True)
-async def approved_refund(order_id: str, idempotency_key: str) -> str:
+async def approved_refund(order_id: str, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     """A refund that waits for a person (no service: the test only needs the approval)."""
     return f"refunded {order_id}"
 

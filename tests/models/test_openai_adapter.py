@@ -1,93 +1,213 @@
-"""The OpenAI-compatible adapter, against a fake client (no network, no openai package)."""
+"""``tether.models.openai``: the chat completions wire format, on the real ``openai`` SDK.
+
+The behaviours both adapters share (usage, parallel calls, malformed arguments, errors) are in
+``test_adapters.py``; here is what is OpenAI's own: the exact messages sent, and how the SDK's
+``ChatCompletion`` objects become decisions.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from openai.types.chat import ChatCompletion
 
 import tether
+from tests.models import shapes
+from tests.models.agents import OpenAIAgent
+from tests.models.providers import OPENAI, session_on
+from tests.models.servers import ProviderServer, Reply
+from tether.actors.context import assemble
 from tether.models.openai import OpenAIChatModel, decision, tools
 
 pytestmark = pytest.mark.anyio
 
 
-class FakeCompletions:
-    def __init__(self, answers: list[Any]) -> None:
-        self.answers = answers
-        self.calls: list[dict[str, Any]] = []
-
-    async def create(self, **kwargs: Any) -> Any:
-        self.calls.append(kwargs)
-        return self.answers.pop(0)
+def completion(reply: Reply) -> ChatCompletion:
+    """The SDK's own object for a reply's body, built as the client builds it (loosely: a
+    gateway's odd field is kept as it came, not refused)."""
+    return ChatCompletion.construct(**reply.body)
 
 
-def client(answers: list[Any]) -> Any:
-    return SimpleNamespace(chat=SimpleNamespace(completions=FakeCompletions(answers)))
-
-
-def answer(content: str | None = None, call: tuple[str, str] | None = None) -> Any:
-    calls = (
-        [SimpleNamespace(function=SimpleNamespace(name=call[0], arguments=call[1]))]
-        if call
-        else None
-    )
-    message = SimpleNamespace(content=content, tool_calls=calls)
-    return SimpleNamespace(choices=[SimpleNamespace(message=message)])
-
-
-@tether.tool(recovery="retry")
-async def lookup(order_id: str) -> str:
-    """Look an order up."""
-    return f"order {order_id}: delivered"
-
-
-FAKE = client(
-    [
-        answer("I will look it up.", ("lookup", json.dumps({"order_id": "42"}))),
-        answer("Order 42 was delivered."),
+async def test_the_history_goes_as_system_user_assistant_tool_calls_and_tool_messages(
+    tmp_path: Path,
+) -> None:
+    script = [
+        shapes.openai_completion(
+            None, shapes.openai_call("call_1", "lookup_order", {"order_id": "42"})
+        ),
+        shapes.openai_completion(
+            "Now 43.", shapes.openai_call("call_2", "lookup_order", {"order_id": "43"})
+        ),
+        shapes.openai_completion("42 is delivered, 43 is in transit."),
     ]
+    with ProviderServer(script) as server:
+        async with session_on(OPENAI, server, tmp_path) as (_, s):
+            await s.ask(tether.UserMessage("where are 42 and 43?"), timeout=20)
+        *_, last = server.bodies()
+    assert last["model"] == "gpt-4o-mini"
+    assert last["temperature"] == 0.0
+    system, *rest = last["messages"]
+    assert system["role"] == "system"
+    assert system["content"].startswith("Goal: Answer questions about orders\nCheckpoint: Task 1")
+    assert rest == [
+        {"role": "user", "content": "where are 42 and 43?"},
+        {
+            "role": "assistant",
+            "content": None,  # the model said nothing with this call: nothing is made up
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "lookup_order", "arguments": '{"order_id": "42"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "order 42: delivered"},
+        {
+            "role": "assistant",
+            "content": "Now 43.",
+            "tool_calls": [
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "lookup_order", "arguments": '{"order_id": "43"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_2", "content": "order 43: in transit"},
+    ]
+    assert last["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup_order",
+                "description": "Look an order up by its number.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"order_id": {"type": "string"}},
+                    "required": ["order_id"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
+    assert "parallel_tool_calls" not in last  # left on: every call is made and answered
+
+
+def test_answers_become_decisions_with_their_ids_and_usage() -> None:
+    final = decision(completion(shapes.openai_completion("done", prompt_tokens=10)))
+    assert isinstance(final, tether.FinalAnswer)
+    assert final.text == "done"
+    assert final.usage is not None
+    assert final.usage.input_tokens == 10
+    assert final.usage.response_id.startswith("chatcmpl-")
+    call = decision(
+        completion(
+            shapes.openai_completion(
+                "Looking.", shapes.openai_call("call_9", "lookup_order", {"order_id": "7"})
+            )
+        )
+    )
+    assert isinstance(call, tether.ToolCall)
+    assert (call.tool, call.args, call.thought, call.call_id, call.malformed) == (
+        "lookup_order",
+        {"order_id": "7"},
+        "Looking.",
+        "call_9",
+        "",
+    )
+    assert call.usage is not None
+    assert call.usage.finish_reason == "tool_calls"
+
+
+def test_cached_prompt_tokens_are_counted_as_cache_reads() -> None:
+    answer = decision(
+        completion(shapes.openai_completion("ok", prompt_tokens=2006, cached_tokens=1920))
+    )
+    assert answer.usage is not None
+    assert (answer.usage.input_tokens, answer.usage.cache_read_input_tokens) == (2006, 1920)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "args", "problem"),
+    [
+        ('{"order_id": "7"}', {"order_id": "7"}, ""),
+        ("", {}, ""),  # a tool without parameters, as some models call it
+        ("{not json", {}, "the arguments are not valid JSON: Expecting property name"),
+        ("[1, 2]", {}, "the arguments are not a JSON object: [1, 2]"),
+        ('"7"', {}, 'the arguments are not a JSON object: "7"'),
+        ('{"n": 123456789012345678901234567890}', {}, "the arguments cannot be stored"),
+    ],
 )
+def test_arguments_are_parsed_or_their_problem_is_kept_for_the_model(
+    arguments: str, args: dict[str, Any], problem: str
+) -> None:
+    call = decision(
+        completion(
+            shapes.openai_completion(None, shapes.openai_call("c", "lookup_order", arguments))
+        )
+    )
+    assert isinstance(call, tether.ToolCall)
+    assert call.args == args
+    assert call.malformed.startswith(problem) if problem else call.malformed == ""
 
 
-class Assistant(tether.AgentSession):
-    tools = (lookup,)
-    model = OpenAIChatModel(FAKE, model="test-model")
+def test_arguments_a_gateway_sent_already_decoded_are_used() -> None:
+    call = decision(
+        completion(
+            shapes.openai_completion(
+                None,
+                {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": "lookup_order", "arguments": {"order_id": "7"}},
+                },
+            )
+        )
+    )
+    assert isinstance(call, tether.ToolCall)
+    assert call.args == {"order_id": "7"}
 
 
-async def test_a_session_runs_on_an_openai_compatible_client(tmp_path: Path) -> None:
-    async with tether.Runtime(tmp_path / "agents.db") as rt:
-        s = await rt.spawn(Assistant, "s1", goal="Answer questions about orders")
-        answer_text = await s.ask(tether.UserMessage("where is order 42?"), timeout=10)
-    assert answer_text == "Order 42 was delivered."
-    first, second = FAKE.chat.completions.calls
-    assert first["model"] == "test-model"
-    assert first["messages"][0]["role"] == "system"
-    assert "Answer questions about orders" in first["messages"][0]["content"]
-    [spec] = first["tools"]
-    assert spec["function"]["name"] == "lookup"
-    assert spec["function"]["parameters"]["properties"]["order_id"]["type"] == "string"
-    # The tool's result reached the model in the next call.
-    assert any("order 42: delivered" in m["content"] for m in second["messages"])
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (shapes.openai_completion(None), "neither text nor a tool call"),
+        (shapes.openai_completion(""), "neither text nor a tool call"),
+        (
+            shapes.openai_completion(None, refusal="I can't help with that."),
+            "the model refused: I can't",
+        ),
+        (shapes.openai_completion("Order 42 is", finish_reason="length"), "cut off"),
+        (shapes.openai_completion(None, finish_reason="content_filter"), "content filter"),
+    ],
+)
+def test_an_answer_that_is_not_one_is_a_value_error_naming_the_problem(
+    reply: Reply, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        decision(completion(reply))
 
 
-def test_answers_become_decisions() -> None:
-    assert decision(answer("done")) == tether.FinalAnswer(text="done")
-    call = decision(answer(None, ("lookup", '{"order_id": "7"}')))
-    assert call == tether.ToolCall(tool="lookup", args={"order_id": "7"}, thought="")
-    broken = decision(answer(None, ("lookup", "{not json")))
-    assert isinstance(broken, tether.ToolCall)
-    assert "(unparsable arguments)" in broken.args
+def test_a_response_without_a_message_or_a_function_is_named() -> None:
+    empty = completion(shapes.openai_completion("x"))
+    empty.choices = []
     with pytest.raises(ValueError, match="no message"):
-        decision(SimpleNamespace(choices=[]))
+        decision(empty)
+    custom = shapes.openai_completion(
+        None, {"id": "c", "type": "custom", "custom": {"name": "x", "input": "y"}}
+    )
+    with pytest.raises(ValueError, match="no function name and arguments"):
+        decision(completion(custom))
 
 
-def test_a_client_without_chat_completions_is_refused() -> None:
+def test_a_client_without_chat_completions_or_a_model_name_is_refused() -> None:
     with pytest.raises(tether.ConfigError, match=r"chat\.completions\.create"):
         OpenAIChatModel(object(), model="m")
+    with pytest.raises(tether.ConfigError, match="model name"):
+        OpenAIChatModel(OpenAIAgent.model.client, model="")
 
 
 def test_tool_specs_are_object_schemas() -> None:
@@ -97,57 +217,8 @@ def test_tool_specs_are_object_schemas() -> None:
         step=1,
         decisions=0,
         context=[],
-        tools=[lookup.spec()],
-        bundle=tether.actors.context.assemble([], budget=100),  # type: ignore[attr-defined]
+        tools=[OpenAIAgent.tools[0].spec()],
+        bundle=assemble([], budget=100),
     )
     [spec] = tools(request)
     assert spec["function"]["parameters"]["type"] == "object"
-
-
-def test_arguments_sent_already_decoded_are_used_and_others_go_back_to_the_model() -> None:
-    as_object = decision(answer(None, ("lookup", {"order_id": "7"})))  # type: ignore[arg-type]
-    assert as_object == tether.ToolCall(tool="lookup", args={"order_id": "7"})
-    as_number = decision(answer(None, ("lookup", 7)))  # type: ignore[arg-type]
-    assert isinstance(as_number, tether.ToolCall)
-    assert as_number.args == {"(unparsable arguments)": "7"}
-
-
-@pytest.mark.parametrize(
-    ("response", "problem"),
-    [
-        (answer(None), "neither text nor a tool call"),
-        (answer(""), "neither text nor a tool call"),
-        (SimpleNamespace(choices=[SimpleNamespace(message=None)]), "neither text nor a tool"),
-        (answer(None, (None, "{}")), "names no tool"),  # type: ignore[arg-type]
-        (
-            SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(tool_calls=[{}]))]),
-            "no function name and arguments",
-        ),
-        (
-            SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(tool_calls=5))]),
-            "no function name and arguments",
-        ),
-    ],
-)
-def test_a_malformed_answer_is_a_value_error_naming_the_problem(
-    response: Any, problem: str
-) -> None:
-    with pytest.raises(ValueError, match=problem):
-        decision(response)
-
-
-EMPTY = client([answer(None)])
-
-
-class Mute(tether.AgentSession):
-    tools = (lookup,)
-    model = OpenAIChatModel(EMPTY, model="test-model")
-
-
-async def test_an_empty_answer_stops_the_task_instead_of_finishing_it(tmp_path: Path) -> None:
-    async with tether.Runtime(tmp_path / "agents.db") as rt:
-        s = await rt.spawn(Mute, "s1", goal="Answer questions about orders")
-        text = await s.ask(tether.UserMessage("where is order 42?"), timeout=10)
-        info = await s.ask(tether.GetSessionInfo(), timeout=5)
-    assert "neither text nor a tool call" in text
-    assert info.outcome.startswith("stopped: the model failed")

@@ -50,7 +50,9 @@ class Receipt(msgspec.Struct, frozen=True):
 
 
 @tether.tool(recovery="retry", retry=tether.RetryPolicy(max_attempts=3, initial_delay=0))
-async def refund(order_id: str, amount_cents: int, idempotency_key: str) -> Receipt:
+async def refund(
+    order_id: str, amount_cents: int, idempotency_key: str = tether.RUNTIME_KEY
+) -> Receipt:
     """Refund an order (honors idempotency keys)."""
     await _scripted(
         "refund", {"order_id": order_id, "amount_cents": amount_cents, "key": idempotency_key}
@@ -78,13 +80,13 @@ async def post_letter(to: str) -> str:
 @tether.tool(
     recovery="retry", timeout=0.2, retry=tether.RetryPolicy(max_attempts=3, initial_delay=0)
 )
-async def charge(account: str, cents: int, idempotency_key: str) -> int:
+async def charge(account: str, cents: int, idempotency_key: str = tether.RUNTIME_KEY) -> int:
     await _scripted("charge", {"account": account, "cents": cents, "key": idempotency_key})
     return cents
 
 
 @tether.tool(recovery="reconcile", timeout=0.2)
-async def transfer(to: str, cents: int, idempotency_key: str) -> str:
+async def transfer(to: str, cents: int, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     await _scripted("transfer", {"to": to, "cents": cents, "key": idempotency_key})
     return f"transferred {cents} to {to}"
 
@@ -159,14 +161,17 @@ class Agent(tether.Actor[LedgerState]):
                         await self.effect(send_email, to="x@y.z", body=str(NONDETERMINISTIC[0]))
                     )
                 case "bad":
-                    return str(await self.effect(refund, order_id="o", amount_cents="ten"))
+                    # a wrong type on purpose: refused at run time too (a model's arguments are
+                    # not type-checked), with ToolInputError naming the field
+                    bad: Any = "ten"
+                    return str(await self.effect(refund, order_id="o", amount_cents=bad))
         except tether.EffectAborted as exc:
             return f"aborted: {exc.reason}"
         raise AssertionError(name)
 
 
 @tether.tool(recovery="retry", requires_approval=True)
-async def wire(to: str, cents: int, idempotency_key: str) -> str:
+async def wire(to: str, cents: int, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     """Wire money (irreversible: always held for a person)."""
     await _scripted("wire", {"to": to, "cents": cents, "key": idempotency_key})
     return f"wired {cents} to {to}"
@@ -185,7 +190,7 @@ class Banker(tether.Actor[LedgerState]):
     """Wires money; a rejection's reason is kept as the outcome (what an agent would be told)."""
 
     initial_state = LedgerState()
-    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers=1)
+    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers_needed=1)
 
     def apply(self, state: LedgerState, event: Wired) -> LedgerState:
         return LedgerState(results=[*state.results, [event.outcome]])
@@ -205,7 +210,7 @@ class Banker(tether.Actor[LedgerState]):
 
 
 class QuorumBanker(Banker):
-    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers=2)
+    approval_policy = tether.ApprovalPolicy(timeout=3600, approvers_needed=2)
 
 
 class HastyBanker(Banker):
@@ -231,7 +236,7 @@ class CarefulBanker(Banker):
 
 
 @tether.tool(recovery="retry")
-async def plain_wire(to: str, cents: int, idempotency_key: str) -> str:
+async def plain_wire(to: str, cents: int, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     await _scripted("plain_wire", {"to": to, "cents": cents, "key": idempotency_key})
     return f"wired {cents} to {to}"
 
@@ -281,7 +286,7 @@ async def unprintable(to: str) -> str:
 
 
 @tether.tool(recovery="reconcile", timeout=0.2, breaker=None)
-async def slow_transfer(to: str, idempotency_key: str) -> str:
+async def slow_transfer(to: str, idempotency_key: str = tether.RUNTIME_KEY) -> str:
     await _scripted("slow_transfer", {"to": to, "key": idempotency_key})
     return f"transferred to {to}"
 
@@ -306,10 +311,17 @@ class Misuser(tether.Actor[LedgerState]):
         return LedgerState(results=[*state.results, event.results])
 
     async def handle(self, msg: Misuse) -> str:
-        tool = {"unprintable": unprintable, "slow_transfer": slow_transfer}[msg.tool]
+        tools: dict[str, tether.Tool] = {"unprintable": unprintable, "slow_transfer": slow_transfer}
+        tool = tools[msg.tool]
         try:
             result = str(await self.effect(tool, to="bob"))
         except tether.ToolFailed as exc:
             result = f"failed: {exc.error}"
         self.persist(Done(results=[result]))
         return result
+
+
+class NotifiedBanker(Banker):
+    """A banker under the runtime's approval policy (its webhooks: the tests' receiver)."""
+
+    approval_policy = None  # type: ignore[assignment]

@@ -13,7 +13,7 @@ FAILING: dict[str, bool] = {"flaky": True}
 
 
 @tether.tool(recovery="retry", retry=tether.RetryPolicy(max_attempts=1), breaker="external_api")
-async def flaky(n: int, idempotency_key: str) -> int:
+async def flaky(n: int, idempotency_key: str = tether.RUNTIME_KEY) -> int:
     """An external API that is down while FAILING['flaky'] is set."""
     CALLS.append(("flaky", n))
     if FAILING["flaky"]:

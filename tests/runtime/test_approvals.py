@@ -243,7 +243,7 @@ async def test_decisions_on_unknown_or_decided_requests_are_clear_errors(tmp_pat
 
 async def test_an_approval_policy_is_validated() -> None:
     with pytest.raises(tether.ConfigError, match="approvers"):
-        tether.ApprovalPolicy(approvers=0)
+        tether.ApprovalPolicy(approvers_needed=0)
     with pytest.raises(tether.ConfigError, match="on_timeout"):
         tether.ApprovalPolicy(on_timeout="maybe")  # type: ignore[arg-type]
     with pytest.raises(tether.ConfigError, match="timeout"):

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+import structlog
+import structlog.testing
 
-from tether.runtime.committer import _SETTLE_SLICE, GroupCommitter
-from tether.runtime.store import Batch, BatchResult, Claim
+import tether
+from tests.sample_actors import Account, Deposit
+from tether.runtime.committer import _SETTLE_SLICE, _YIELD_EVERY, GroupCommitter
+from tether.store.records import Batch, BatchResult, Claim
 
 pytestmark = pytest.mark.anyio
 
 
 class SlowStore:
     """Applies each batch after ``release`` is set (none by default: at the next turn)."""
+
+    immediate = None  # its writes wait: no immediate path (tether.store.protocol)
 
     def __init__(self) -> None:
         self.batches: list[int] = []
@@ -83,3 +91,50 @@ async def test_writes_committed_before_close_settle_as_committed() -> None:
         await anyio.lowlevel.checkpoint()
         store.release.set()
     assert all(f.done() and f.exception() is None for f in futures)
+
+
+def test_messages_settled_from_a_loop_callback_activate_their_actors_at_once() -> None:
+    """The committer settles some writes from loop callbacks (the later slices of a large
+    batch; with a store that never waits, every 32nd write), where no task runs. A message
+    stored there for a passivated actor must still start its activation at once. With sniffio
+    installed (as beside most HTTP clients) anyio cannot start a task from a callback of a
+    loop it did not start itself: the message waited for the orphan scan, logged as
+    ``message_not_routed``, its activation's coroutine never awaited."""
+    import sniffio  # the condition: anyio finds the running library through it
+
+    # Under asyncio.run, as an application runs it (anyio.run and its pytest plugin name the
+    # library in a context variable that callbacks inherit, which hides the problem).
+    configured = structlog.is_configured()
+    try:
+        logs = asyncio.run(_deposit_to_passivated_accounts(3 * _YIELD_EVERY))
+    finally:
+        if not configured:  # capture_logs leaves structlog "configured": the CLI then logs
+            structlog.reset_defaults()  # to stdout instead of stderr
+    assert sniffio.current_async_library_cvar.get() is None
+    problems = [e for e in logs if e["log_level"] in ("warning", "error", "critical")]
+    assert problems == []
+
+
+async def _deposit_to_passivated_accounts(n: int) -> list[MutableMapping[str, Any]]:
+    """Tell one deposit to each of ``n`` passivated accounts and wait until all committed
+    it; the log lines of that. No scan may find the messages instead of their routing: the
+    poll and the orphan scan (at lease_ttl / 2) are an hour away."""
+    async with tether.Runtime(
+        ":memory:", poll_interval=3600, lease_ttl=3600, passivate_after=0.01
+    ) as rt:
+        refs = [await rt.spawn(Account, f"acct-{i}") for i in range(n)]
+        with anyio.fail_after(10):
+            while rt.cells:
+                await anyio.sleep(0.01)  # every account passivated
+        with structlog.testing.capture_logs() as logs:
+            for ref in refs:
+                await ref.tell(Deposit(amount=1))
+            with anyio.fail_after(10):
+                while await _journaled(rt, n) < n:
+                    await anyio.sleep(0.01)
+    return logs
+
+
+async def _journaled(rt: tether.Runtime, n: int) -> int:
+    """How many of the ``n`` accounts have committed their deposit."""
+    return sum([len(await rt.store.load_journal(f"acct-{i}", 0, 10)) for i in range(n)])

@@ -16,7 +16,8 @@ import tether
 from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Do, Ping
 from tether.runtime.effects import effect_key
-from tether.runtime.store import Batch, LeaseAcquire
+from tether.store.records import Batch, LeaseAcquire
+from tether.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -126,6 +127,48 @@ async def test_transient_failures_are_retried_with_the_same_key_and_each_attempt
     assert row.status == "done"
     assert row.history[0].startswith("attempt 1: TransientToolError")
     assert row.history[1].startswith("attempt 2: TransientToolError")
+
+
+class WaitsRecorded(FakeClock):
+    """A fake clock that remembers how long each wait asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        await super().sleep(seconds)
+
+
+async def test_a_transient_failure_waits_for_the_receivers_retry_after_capped_at_max_delay(
+    tmp_path: Path,
+) -> None:
+    # The refund tool's policy backs off 0 s (initial_delay=0, max_delay 30 s): the waits are
+    # the receiver's word, the second one capped.
+    fx.SCRIPT["refund"] = [
+        tether.TransientToolError("refund", "rate limited", status_code=429, retry_after=0.3),
+        tether.TransientToolError("refund", "rate limited", status_code=429, retry_after=1000),
+        None,
+    ]
+    clock = WaitsRecorded()
+    async with runtime(tmp_path, clock=clock) as rt:
+        a = await rt.spawn(Agent, "a1")
+        async with anyio.create_task_group() as tg:
+            answers: list[Any] = []
+
+            async def ask() -> None:
+                answers.append(await a.ask(Do(effects=["refund"]), timeout=10))
+
+            tg.start_soon(ask)
+            for wait in (0.3, 30.0):
+                with anyio.fail_after(10):
+                    while wait not in clock.asked:
+                        await anyio.sleep(0.01)
+                assert len(fx.CALLS) == (1 if wait == 0.3 else 2)  # it waited before calling
+                clock.advance(wait)
+    assert answers == [["refund o0 100"]]
+    assert len(fx.CALLS) == 3
 
 
 class PaymentDeclined(Exception):
@@ -420,12 +463,11 @@ async def test_a_stale_owner_records_no_intent_and_calls_no_tool(tmp_path: Path)
         assert await a.ask(Ping(), timeout=5) == "pong"
         cell = rt.cells["a1"]
         # Another owner (a live runtime on another host) takes the lease behind this cell's
-        # back: its fencing token goes up.
-        now = rt.clock()
-        await rt.store.register_runtime("intruder", "elsewhere", 1, now)
-        taken = await rt.store.apply(
-            Batch(acquires=[LeaseAcquire("a1", "intruder", now + 600, now + 10**6)])
-        )
+        # back, this runtime having been taken for dead (its registration removed): the
+        # fencing token goes up.
+        await rt.store.register_runtime("intruder", "elsewhere", 1, rt.clock())
+        await rt.store.remove_runtime(rt.runtime_id)
+        taken = await rt.store.apply(Batch(acquires=[LeaseAcquire("a1", "intruder", 600.0)]))
         assert taken.leases["a1"] == cell.fence + 1
         await a.tell(Do(effects=["refund"]))
         with anyio.fail_after(5):

@@ -4,11 +4,13 @@ the tree; a session's loop detector feeds back or escalates, and remembers acros
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 import tether
@@ -23,9 +25,9 @@ from tests.runtime.guard_actors import (
     ShortMemoryResearcher,
     Stubborn,
 )
-from tether.actors.guards.actors import GetLoopState, LoopGuard
-from tether.runtime.store import EffectRecord
+from tether.actors.guards.actors import GetBreakerState, GetLoopState, LoopGuard, ResetBreaker
 from tether.runtime.tree import TreeNode
+from tether.store.records import EffectRecord
 from tether.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -83,6 +85,63 @@ async def test_an_open_breaker_is_still_open_after_a_restart_with_the_same_remai
     breaker = guards.find("breaker:flaky")
     assert breaker is not None
     assert breaker.detail == "closed"
+
+
+async def test_reset_breaker_on_a_closed_breaker_clears_its_window_for_good(
+    tmp_path: Path,
+) -> None:
+    """resilience4j's reset(): two failures, an operator's reset, and it takes three more
+    failures to trip, also after a restart; the journal says who reset it."""
+    clock = FakeClock()
+    async with runtime(tmp_path, clock=clock) as rt:
+        c = await rt.spawn(Caller, "c1")
+        for i in range(2):
+            await c.ask(Call(n=i), timeout=5)
+        told = await rt.ref("breaker:flaky").ask(ResetBreaker(by="ops"), timeout=5)
+        assert told["status"] == "closed"
+        assert told["window"] == {"calls": 0, "failures": 0, "slow": 0}
+        assert (await c.ask(Call(n=2), timeout=5)).startswith("failed")
+    async with runtime(tmp_path, clock=clock) as rt:
+        assert (await rt.ref("c1").ask(Call(n=3), timeout=5)).startswith("failed")
+        state = await rt.ref("breaker:flaky").ask(GetBreakerState(), timeout=5)
+        assert (state["status"], state["window"]["failures"]) == ("closed", 2)
+        assert (await rt.ref("c1").ask(Call(n=4), timeout=5)).startswith("failed")
+        assert (await rt.ref("c1").ask(Call(n=5), timeout=5)).startswith("unavailable")
+        rows = await rt.store.load_journal("breaker:flaky", 0, 100)
+    journal = [msgspec.msgpack.decode(row.payload) for row in rows]
+    assert {"type": "BreakerReset", "at": clock.now(), "by": "ops"} in journal
+    assert [n for _, n in ga.CALLS] == [0, 1, 2, 3, 4]
+
+
+async def test_an_open_breakers_snapshot_from_before_half_open_probes_still_folds(
+    tmp_path: Path,
+) -> None:
+    """A breaker snapshot as an older tether stored it (no probe counts), in the store file:
+    the breaker is still open for the same time after a restart, then probes and closes."""
+    clock = FakeClock()
+    async with runtime(tmp_path, clock=clock, snapshot_every=1) as rt:
+        c = await rt.spawn(Caller, "c1")
+        for i in range(3):
+            await c.ask(Call(n=i), timeout=5)
+    with sqlite3.connect(tmp_path / "agents.db") as con:
+        query = "SELECT state FROM snapshots WHERE actor_id = 'breaker:flaky'"
+        (blob,) = con.execute(query).fetchone()
+        old = msgspec.msgpack.decode(blob)
+        assert old.pop("probes_admitted") == old.pop("probes_passed") == 0
+        assert old["status"] == "open"
+        con.execute(
+            "UPDATE snapshots SET state = ? WHERE actor_id = 'breaker:flaky'",
+            (msgspec.msgpack.encode(old),),
+        )
+    clock.advance(10)
+    async with runtime(tmp_path, clock=clock) as rt:
+        assert (await rt.ref("c1").ask(Call(n=3), timeout=5)).endswith("(retry_in=20)")
+        clock.advance(20)
+        ga.FAILING["flaky"] = False
+        assert await rt.ref("c1").ask(Call(n=4), timeout=5) == "ok 4"
+        state = await rt.ref("breaker:flaky").ask(GetBreakerState(), timeout=5)
+    assert state["status"] == "closed"
+    assert [n for _, n in ga.CALLS] == [0, 1, 2, 4]
 
 
 async def tripped_guards(rt: tether.Runtime) -> TreeNode:

@@ -11,6 +11,7 @@ import pytest
 
 import tether
 from tests import sample_actors as s
+from tether.store.records import MessageCursor, MessagePage
 
 pytestmark = pytest.mark.anyio
 
@@ -476,19 +477,19 @@ async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(
     """Background loops log a store error and start again; delayed messages still arrive."""
     async with fast(tmp_path / "a.db") as rt:
         acct = await rt.spawn(s.Account, "acct-1")
-        real = rt.store.new_messages
+        real = rt.store.scan_messages
         calls = 0
 
         async def flaky(
-            after_seq: int, now: float, limit: int, *, skip_prefix: str | None = None
-        ) -> list[tuple[int, str, str, bool]]:
+            cursor: MessageCursor | None, now: float, limit: int, *, skip_prefix: str | None = None
+        ) -> MessagePage:
             nonlocal calls
             calls += 1
             if calls <= 2:
                 raise OSError("disk I/O error")
-            return await real(after_seq, now, limit, skip_prefix=skip_prefix)
+            return await real(cursor, now, limit, skip_prefix=skip_prefix)
 
-        rt.store.new_messages = flaky  # type: ignore[method-assign]
+        rt.store.scan_messages = flaky  # type: ignore[method-assign]
         await acct.tell(s.Deposit(amount=3), delay=0.1)
         with anyio.fail_after(10):
             while await acct.ask(s.GetBalance(), timeout=5) != 3:

@@ -11,39 +11,15 @@ import pytest
 
 import tether
 from tests import supervision_actors as a
+from tests.supervisor.helpers import forget_events, node, runtime, since, until
 from tether.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
 
-def runtime(path: str | Path = ":memory:", **kw: object) -> tether.Runtime:
-    opts: dict[str, object] = {"poll_interval": 0.02, "lease_ttl": 2.0, "max_attempts": 20}
-    opts.update(kw)
-    return tether.Runtime(path, **opts)  # type: ignore[arg-type]
-
-
-async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while not check():
-            await anyio.sleep(0.01)
-
-
-def since(mark: int) -> list[tuple[str, str]]:
-    return a.events[mark:]
-
-
-async def node(rt: tether.Runtime, actor_id: str) -> tether.TreeNode:
-    for root in await rt.tree():
-        hit = root.find(actor_id)
-        if hit is not None:
-            return hit
-    raise AssertionError(f"{actor_id} not in tree")
-
-
 @pytest.fixture(autouse=True)
 def _clear_events() -> None:
-    a.events.clear()
-    a.crashes.clear()
+    forget_events()
 
 
 async def test_children_start_in_order_when_the_supervisor_is_spawned() -> None:
@@ -204,9 +180,12 @@ async def test_a_child_that_ignores_cancellation_is_abandoned_after_its_shutdown
 
 
 async def test_a_crash_while_restarting_counts_toward_intensity() -> None:
-    """A child failing in on_start is restarted until the window is exceeded."""
+    """A child whose restarts fail in on_start is restarted until the window is exceeded.
+    (A declared child failing its first start fails its supervisor's start instead: see
+    test_otp_suite.py::test_faulty_application_shutdown.)"""
     async with runtime() as rt:
         await rt.spawn(a.BadStartSup, "sup")
+        await rt.ref("bad").tell(a.Crash())
         await until(lambda: "sup" not in rt.cells)
         assert a.events.count(("start", "bad")) == 3  # the start and 2 restarts (max_restarts=2)
         assert (await node(rt, "sup")).status == "failed"
@@ -226,7 +205,7 @@ async def test_backoff_is_driven_by_the_injected_clock_and_messages_wait_meanwhi
             await b1.tell(a.Work())
         await anyio.sleep(0.05)
         assert ("start", "b1") not in a.events[1:]
-        clock.advance(10)  # the first delay is at most initial=10
+        clock.advance(10)  # the first delay is at most initial_delay=10
         await until(lambda: a.events.count(("start", "b1")) == 2)
         # The redelivered Crash fails again: the second delay is at most 20.
         await until(lambda: clock.sleepers == 1)
@@ -315,14 +294,14 @@ def test_bad_supervision_settings_are_refused() -> None:
     with pytest.raises(tether.ConfigError, match="takes no spawn arguments"):
         tether.ChildSpec(a.Worker, "x", colour="red")
     with pytest.raises(tether.ConfigError, match="Backoff"):
-        tether.Backoff(initial=5, max=1)
+        tether.Backoff(initial_delay=5, max_delay=1)
 
 
 def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
-    """delay(n) is uniform in [0, min(max, initial * multiplier**n)]."""
+    """delay(n) is uniform in [0, min(max_delay, initial_delay * multiplier**n)]."""
     import random
 
-    b = tether.Backoff(initial=0.1, max=1.0, multiplier=2.0, rng=random.Random(7))
+    b = tether.Backoff(initial_delay=0.1, max_delay=1.0, multiplier=2.0, rng=random.Random(7))
     assert [b.cap(n) for n in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     for n in range(6):
         for _ in range(50):
@@ -378,7 +357,7 @@ async def test_a_journal_write_failure_is_never_resumed_the_actor_is_rebuilt_fro
 ):
     """The outcome of a failed commit is unknown: the instance is replaced and re-folded, and
     the message is delivered again from the mailbox."""
-    from tether.runtime.store import Batch, BatchResult
+    from tether.store.records import Batch, BatchResult
 
     async with runtime() as rt:
         w = await rt.spawn(a.Worker, "w")
@@ -473,3 +452,112 @@ def test_a_bad_child_strategy_or_decider_is_refused_when_defined(
     decider), leaving the failure undecided; some raised a bare AttributeError at once."""
     with pytest.raises(tether.ConfigError, match=problem):
         make()
+
+
+# -- issue #15: a group restart, its bystanders, and a supervisor's own start ---------------------
+
+
+@pytest.mark.parametrize("sup", [a.GroupAll, a.GroupRest])
+async def test_a_group_restart_stops_and_starts_a_child_supervisors_whole_subtree(
+    sup: type[tether.Supervisor],
+) -> None:
+    """OTP: restarting a supervisor child means a new supervisor with new children. Its
+    subtree stops in reverse start order after the later siblings, and starts again in order."""
+    async with runtime() as rt:
+        await rt.spawn(sup, "top")
+        leaves = {cid: rt.cells[cid] for cid in ("leaf1", "leaf2")}
+        await rt.ref("leaf1").tell(a.Work())
+        mark = len(a.events)
+        await rt.ref("g1").tell(a.Crash())
+        await until(lambda: ("start", "g3") in since(mark))
+        assert since(mark) == [
+            ("stop", "g3"), ("stop", "leaf2"), ("stop", "leaf1"), ("stop", "g1"),
+            ("start", "g1"), ("start", "leaf1"), ("start", "leaf2"), ("start", "g3"),
+        ]  # fmt: skip
+        assert all(rt.cells[cid] is not cell for cid, cell in leaves.items())
+        assert await rt.ref("leaf1").ask(a.Count(), timeout=5) == 1  # its journal, re-folded
+
+
+@pytest.mark.parametrize("sup", [a.BystandersAll, a.BystandersRest])
+async def test_a_temporary_bystander_is_stopped_for_good_and_a_transient_one_restarted(
+    sup: type[tether.Supervisor],
+) -> None:
+    """OTP's terminate_children: a temporary child in the restarted group is terminated and
+    removed, never restarted; permanent and transient ones start again."""
+    async with runtime() as rt:
+        await rt.spawn(sup, "sup")
+        mark = len(a.events)
+        await rt.ref("p1").tell(a.Crash())
+        await until(lambda: ("start", "tr") in since(mark))
+        assert since(mark) == [
+            ("stop", "tr"), ("stop", "tmp"), ("stop", "p1"), ("start", "p1"), ("start", "tr"),
+        ]  # fmt: skip
+        assert (await node(rt, "tmp")).status == "stopped"
+        with pytest.raises(tether.ActorStopped):
+            await rt.ref("tmp").tell(a.Work())
+        assert await rt.ref("tr").ask(a.Count(), timeout=5) == 0
+
+
+async def test_a_transient_bystander_that_ended_normally_starts_again_with_its_group() -> None:
+    """OTP's restart_multiple_children starts every non-temporary child of the group, also a
+    transient one whose normal exit was not restarted."""
+    async with runtime() as rt:
+        await rt.spawn(a.BystandersAll, "sup")
+        await rt.ref("tr").ask(a.Work(), timeout=5)
+        await rt.ref("tr").ask(a.Exit(reason="done"), timeout=5)
+        await until(lambda: "tr" not in rt.cells)
+        assert (await node(rt, "tr")).status == "stopped"
+        mark = len(a.events)
+        await rt.ref("p1").tell(a.Crash())
+        await until(lambda: ("start", "tr") in since(mark))
+        assert await rt.ref("tr").ask(a.Count(), timeout=5) == 1
+        assert (await node(rt, "tr")).status == "running"
+
+
+async def test_a_dynamic_temporary_bystander_is_forgotten_and_its_id_can_be_added_again() -> None:
+    async with runtime() as rt:
+        await rt.spawn(a.DynamicAll, "sup")
+        await rt.add_child("sup", tether.ChildSpec(a.Worker, "p"))
+        await rt.add_child("sup", tether.ChildSpec(a.Worker, "t", restart="temporary"))
+        mark = len(a.events)
+        await rt.ref("p").tell(a.Crash())
+        await until(lambda: ("start", "p") in since(mark))
+        assert [e.child_id for e in rt.cells["sup"].state.dynamic] == ["p"]
+        t = await rt.add_child("sup", tether.ChildSpec(a.Worker, "t", restart="temporary"))
+        assert await t.ask(a.Count(), timeout=5) == 0
+
+
+async def test_a_declared_child_that_fails_to_start_fails_the_supervisors_spawn() -> None:
+    """OTP's failed_to_start_child: spawn raises naming the child; the children after it are
+    not started, those before it are stopped again; nothing is retried behind the caller's
+    back. Once the child starts, spawning the supervisor again brings the tree up."""
+    a.fail_starts["s2"] = 1
+    async with runtime() as rt:
+        with pytest.raises(tether.ChildStartFailed, match=r"'s2'.*cannot start") as exc:
+            await rt.spawn(a.StartFailsSup, "sup")
+        assert (exc.value.supervisor_id, exc.value.child_id) == ("sup", "s2")
+        assert a.events == [("start", "s1"), ("start", "s2"), ("stop", "s1")]
+        await anyio.sleep(0.2)  # nothing starts meanwhile
+        assert a.events == [("start", "s1"), ("start", "s2"), ("stop", "s1")]
+        assert not {"sup", "s1", "s2", "s3"} & set(rt.cells)
+        await rt.spawn(a.StartFailsSup, "sup")
+        assert a.events[3:] == [("start", "s1"), ("start", "s2"), ("start", "s3")]
+        assert (await node(rt, "sup")).status == "running"
+
+
+async def test_a_supervisor_restarted_in_place_restarts_its_children() -> None:
+    """A supervisor whose own handler fails (here its decider has a bug) is restarted in place
+    by its supervisor: its children go down with the old instance and start again under the
+    new one; the child whose failure it was deciding is not left waiting."""
+    async with runtime() as rt:
+        await rt.spawn(a.OuterOfBuggy, "outer")
+        leaf, buggy = rt.cells["inner-leaf"].instance, rt.cells["buggy"].instance
+        await rt.ref("inner-leaf").tell(a.Work())
+        mark = len(a.events)
+        await rt.ref("inner-leaf").tell(a.Crash(kind="value"))
+        await until(lambda: ("start", "inner-leaf") in since(mark))
+        assert since(mark) == [("stop", "inner-leaf"), ("start", "inner-leaf")]
+        assert rt.cells["buggy"].instance is not buggy
+        assert rt.cells["inner-leaf"].instance is not leaf
+        assert await rt.ref("inner-leaf").ask(a.Count(), timeout=5) == 1
+        assert (await node(rt, "buggy")).restart_count == 1

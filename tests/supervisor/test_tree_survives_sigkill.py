@@ -9,12 +9,6 @@ window, and each child's state equal to the fold of its journal.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +17,10 @@ import pytest
 
 import tether
 from tests import supervision_actors as a
+from tests.supervisor.helpers import run_and_kill
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parents[2]
 CHILDREN = ("s1", "s2", "s3")
 WORK = {"s1": 3, "s2": 5, "s3": 8}  # Work messages each child acknowledges before the kill
 CRASHED = "s2"
@@ -83,30 +77,6 @@ def _fresh_crash_counts() -> None:
     a.events.clear()
 
 
-def run_and_kill(db: Path, out: Path, err: Path) -> dict[str, Any]:
-    """Run the program until it reports READY, SIGKILL it, reap it, and return its report.
-    Blocking; the test runs it in a worker thread."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with out.open("wb") as fout, err.open("wb") as ferr:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", PROGRAM, str(db)], cwd=ROOT, stdout=fout, stderr=ferr, env=env
-        )
-    try:
-        deadline = time.monotonic() + 20  # a hang guard, not a measurement
-        while not (ready := [x for x in out.read_text().splitlines() if x.startswith("READY ")]):
-            assert proc.poll() is None, f"child exited early:\n{err.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"no READY:\n{err.read_text()[-4000:]}"
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=10) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    report: dict[str, Any] = json.loads(ready[0].removeprefix("READY "))
-    return report
-
-
 async def until(check: Any, timeout: float = 10.0) -> None:
     with anyio.fail_after(timeout):
         while not await check():
@@ -127,9 +97,7 @@ async def test_supervisor_children_window_and_state_survive_sigkill(
     supervisor again (spawn resumes it), or a message to one child activates its supervisor,
     which starts all its children."""
     db = tmp_path / "tree.db"
-    before = await anyio.to_thread.run_sync(
-        run_and_kill, db, tmp_path / "child.out", tmp_path / "child.err"
-    )
+    before = await anyio.to_thread.run_sync(run_and_kill, PROGRAM, db, tmp_path)
 
     # What the killed process saw: three restarts of s2, all inside the window.
     assert before["acked"] == WORK

@@ -16,17 +16,21 @@ from __future__ import annotations
 import inspect
 import types
 import typing
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import msgspec
+from typing_extensions import ParamSpec
 
-from tether.actors.messages import UNENCODABLE, Event, Message
+from tether.actors.messages import UNENCODABLE, Event, Message, nesting_problem
 from tether.actors.ref import ActorRef
 from tether.actors.tool import Tool
-from tether.errors import ConfigError
+from tether.errors import ConfigError, MainModuleWarning
 
 S = TypeVar("S")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ActorCell(Protocol):
@@ -55,6 +59,9 @@ class ActorCell(Protocol):
     async def watch(self, actor_id: str) -> None: ...
 
     async def effect(self, tool: Any, args: dict[str, Any]) -> Any: ...
+
+    @property
+    def last_effect_key(self) -> str | None: ...
 
     def append_events(self, events: Sequence[Event]) -> Awaitable[Any]: ...
 
@@ -101,7 +108,9 @@ class Actor(Generic[S]):
         """A policy hook: return why this call must wait for a person, or None to let it run.
 
         Called before every call that is about to run (never for a replayed one). Tools with
-        ``requires_approval=True`` are always held, whatever this returns.
+        ``requires_approval=True`` are always held, whatever this returns. Once a person was
+        asked about a call, their decision (or the deadline's) settles it on every later run
+        of the step, whatever this returns then.
         """
         return None
 
@@ -153,8 +162,11 @@ class Actor(Generic[S]):
         """Stop this actor once the current step has committed."""
         self._tether_cell.stop_self(reason)
 
-    async def effect(self, tool: Tool, /, **args: Any) -> Any:
+    async def effect(self, tool: Tool[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call ``tool`` through the effects ledger and return its result (I4, I5).
+
+        The arguments are the tool function's, checked by type checkers against its signature
+        (``Tool[P, R]``), leaving out ``idempotency_key``; positional ones are bound by name.
 
         The intent is committed before the call and the receipt after it; when this step is
         replayed (after a crash, a failure or a wait), a recorded result is returned without
@@ -164,7 +176,16 @@ class Actor(Generic[S]):
         ``EffectAborted`` or ``DeterminismViolation``; a call that must wait for a person
         suspends the step.
         """
-        return await self._tether_cell.effect(tool, args)
+        # (not a Tool: effect() refuses it by name below)
+        args_by_name = tool.arguments(args, kwargs) if args and isinstance(tool, Tool) else kwargs
+        result: R = await self._tether_cell.effect(tool, args_by_name)
+        return result
+
+    @property
+    def last_effect_key(self) -> str | None:
+        """The idempotency key of this handler's latest ``effect`` call: its row in the
+        effects ledger (None before the first, or when its arguments were refused)."""
+        return self._tether_cell.last_effect_key
 
     async def watch(self, actor_id: str) -> None:
         """Receive ``tether.Terminated`` when ``actor_id`` stops for good (death watch).
@@ -219,8 +240,13 @@ def check_init(cls: type[Any], init: dict[str, Any], where: str) -> bytes:
     and that ``cls(**init)`` would accept them. Raises ``ConfigError`` naming ``where``."""
     try:
         encoded = msgspec.msgpack.encode(init)
+        too_deep = nesting_problem(init, encoded)
     except UNENCODABLE as exc:
-        raise ConfigError(f"{where}: spawn arguments cannot be stored: {exc}") from exc
+        raise ConfigError(
+            f"{where}: spawn arguments cannot be stored: {nesting_problem(init) or exc}"
+        ) from exc
+    if too_deep is not None:
+        raise ConfigError(f"{where}: spawn arguments cannot be stored: {too_deep}")
     if cls.__init__ is object.__init__:
         if init:
             raise ConfigError(
@@ -244,8 +270,22 @@ def class_path(cls: type[Any]) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+def warn_if_main(path: str, what: str) -> None:
+    """Warn (``MainModuleWarning``) when ``path`` (``module:qualname``) is in ``__main__``:
+    it works in this process, and in another only if that one runs the same script."""
+    if path.startswith("__main__:"):
+        warnings.warn(
+            f"{what} {path.partition(':')[2]} is defined in __main__ (the script being run), "
+            "so other processes (the tether CLI, a console, a second runtime) cannot import it "
+            "by name; move it into a module and import it from the script",
+            MainModuleWarning,
+            stacklevel=3,
+        )
+
+
 def import_object(path: str, what: str = "object") -> Any:
-    """Import ``module:qualname``; raise ``ConfigError`` naming the path if that fails."""
+    """Import ``module:qualname``; raise ``ConfigError`` naming the path, and how to make it
+    importable, if that fails."""
     import importlib
 
     module_name, _, qualname = path.partition(":")
@@ -257,8 +297,23 @@ def import_object(path: str, what: str = "object") -> Any:
     # importlib for a malformed path, e.g. a damaged class_path row: a ConfigError like any
     # other path that does not import, so callers that skip such an actor keep going.
     except (ImportError, AttributeError, ValueError, TypeError) as exc:
-        raise ConfigError(f"cannot import {what} {path!r}: {exc}") from exc
+        raise ConfigError(f"cannot import {what} {path!r}: {exc}{_import_hint(path, exc)}") from exc
     return obj
+
+
+def _import_hint(path: str, exc: BaseException) -> str:
+    if path.startswith("__main__:"):
+        return (
+            ". It was defined in __main__, the script that stored it, which no other program "
+            "can import: move it into a module (e.g. agents.py) that the script imports, and "
+            "start the script again"
+        )
+    if isinstance(exc, ModuleNotFoundError):
+        return (
+            ". Run this where the application's modules import (its directory, or on "
+            "PYTHONPATH), or give the tether CLI --app-dir DIR"
+        )
+    return ""
 
 
 def import_class(path: str) -> type[Any]:
@@ -303,6 +358,8 @@ def _derive_spec(cls: type[Any]) -> ActorSpec:
         event_annotation = apply_hints.get(apply_params[1], Event)
         event_types = _members(event_annotation, Event, f"{name}.apply({apply_params[1]})")
 
+    path = class_path(cls)
+    warn_if_main(path, "actor class")
     state_type = getattr(cls, "state_type", None) or type(cls.initial_state)
     try:
         msgspec.msgpack.encode(cls.initial_state)
@@ -310,7 +367,7 @@ def _derive_spec(cls: type[Any]) -> ActorSpec:
         raise ConfigError(f"{name}.initial_state cannot be encoded by msgspec: {exc}") from exc
     return ActorSpec(
         cls=cls,
-        class_path=class_path(cls),
+        class_path=path,
         message_types=message_types,
         event_types=event_types,
         state_type=state_type,

@@ -6,14 +6,17 @@ messages, so that assembly can decide what to keep::
     Goal            the session's objective                  pinned: never trimmed
     Constraint      a guardrail set by a human or supervisor pinned: never trimmed
     Checkpoint      the note written at the last save point  pinned: never trimmed
-    Summary         a compressed account of earlier work     trimmed last
+    Summary         a compressed account of earlier work     never trimmed
     ChatMessage     a recent turn of the conversation        trimmed first, oldest first
     ToolCallRecord  a tool call and its result or error      trimmed second, oldest first
 
 :func:`assemble` puts every fragment in its lane and, while the total is over the budget,
 trims in this fixed order: the oldest message, until none is left; then the oldest tool
-result, until none is left; then the summary. If the pinned fragments alone exceed the budget
-it raises :class:`tether.errors.ConfigError` rather than silently dropping a directive.
+result, until none is left. The summary is never trimmed: it stands for everything that
+happened before the recent messages, which were dropped because it covers them, so a bundle
+without it would silently lose the thread. If the pinned fragments alone exceed the budget,
+or the summary does not fit in what they leave, it raises :class:`tether.errors.ConfigError`
+naming the lane, rather than silently dropping a directive or the thread.
 
 There is no ML and no hidden state: the same fragments in the same order with the same budget
 and counter always give an equal :class:`ContextBundle`, so the exact context a model saw can
@@ -73,7 +76,8 @@ class Checkpoint(msgspec.Struct, frozen=True, tag=True):
 
 
 class Summary(msgspec.Struct, frozen=True, tag=True):
-    """A compressed account of what happened before the recent messages. Trimmed last."""
+    """A compressed account of what happened before the recent messages. Never trimmed: one
+    that does not fit the budget is refused by name."""
 
     text: str
 
@@ -86,12 +90,21 @@ class ChatMessage(msgspec.Struct, frozen=True, tag=True):
 
 
 class ToolCallRecord(msgspec.Struct, frozen=True, tag=True):
-    """A tool call with its JSON-encodable ``args`` and its ``result`` or ``error``."""
+    """A tool call with its JSON-encodable ``args`` and its ``result`` or ``error``.
+
+    ``call_id`` is the provider's id for the call (empty when the model gave none), so an
+    adapter sends the result back under the id the provider issued. ``turn`` numbers the model
+    answer that asked for the call (the session's decision count; 0 in records made before it
+    was kept): the calls of one answer share it, and an adapter sends them back as one
+    assistant message with several tool calls. Neither is part of the rendered text.
+    """
 
     tool: str
     args: dict[str, Any] = {}
     result: str | None = None
     error: str | None = None
+    call_id: str = ""
+    turn: int = 0
 
 
 Fragment = Goal | Constraint | Checkpoint | Summary | ChatMessage | ToolCallRecord
@@ -149,6 +162,9 @@ class Trimmed(msgspec.Struct, frozen=True):
 
     messages: int = 0
     tool_results: int = 0
+    # Always 0: the summary is never trimmed. Kept because a session's model requests carry
+    # their bundle, and the recorded request of a step that replays after an upgrade must
+    # encode (and hash, I5) as it did when it was recorded.
     summary: int = 0
 
     @property
@@ -218,11 +234,12 @@ def assemble(
 ) -> ContextBundle:
     """Assemble ``fragments`` into a :class:`ContextBundle` of at most ``budget`` tokens.
 
-    Goal, constraints and checkpoint are pinned. While over budget the oldest message is
-    dropped; when no message is left, the oldest tool result; when none is left, the summary.
-    Raises :class:`ConfigError` if the pinned fragments alone exceed ``budget``, if ``budget``
-    is negative, if more than one :class:`Goal` is given, if an item is not a fragment, or if
-    ``count_tokens`` returns something other than an int >= 0.
+    Goal, constraints, checkpoint and summary are never trimmed. While over budget the oldest
+    message is dropped; when no message is left, the oldest tool result.
+    Raises :class:`ConfigError` if the pinned fragments alone exceed ``budget``, if the summary
+    does not fit in what they leave, if ``budget`` is negative, if more than one :class:`Goal`
+    is given, if an item is not a fragment, or if ``count_tokens`` returns something other
+    than an int >= 0.
     """
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ConfigError(f"the token budget must be an int >= 0, not {budget!r}")
@@ -274,11 +291,19 @@ def assemble(
             "so raise the budget or shorten them"
         )
 
-    history_costs = [cost(item) for item in history]
     summary_tokens = cost(summary) if summary is not None else 0
+    if pinned_tokens + summary_tokens > budget:
+        left = budget - pinned_tokens
+        raise ConfigError(
+            f"the thread summary needs {summary_tokens} tokens, {summary_tokens - left} over "
+            f"the {left} the budget of {budget} leaves after the goal, constraints and "
+            "checkpoint; it is never trimmed (the history it stands for is gone), so raise "
+            "the budget or write a shorter summary"
+        )
+    history_costs = [cost(item) for item in history]
     total = pinned_tokens + summary_tokens + sum(history_costs)
 
-    # the fixed trim order: oldest message, then oldest tool result, then the summary
+    # the fixed trim order: oldest message, then oldest tool result
     dropped: set[int] = set()
     trimmed_messages = trimmed_tools = 0
     for lane in (ChatMessage, ToolCallRecord):
@@ -292,11 +317,6 @@ def assemble(
                     trimmed_messages += 1
                 else:
                     trimmed_tools += 1
-    trimmed_summary = 0
-    if total > budget and summary is not None:
-        total -= summary_tokens
-        summary = None
-        trimmed_summary = 1
 
     return ContextBundle(
         goal=goal,
@@ -306,7 +326,5 @@ def assemble(
         history=tuple(item for i, item in enumerate(history) if i not in dropped),
         tokens_used=total,
         budget=budget,
-        trimmed=Trimmed(
-            messages=trimmed_messages, tool_results=trimmed_tools, summary=trimmed_summary
-        ),
+        trimmed=Trimmed(messages=trimmed_messages, tool_results=trimmed_tools),
     )

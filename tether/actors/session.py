@@ -24,7 +24,7 @@ retry; a loop follows the session's ``loop_policy``; a rejected call tells the m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -43,15 +43,26 @@ from tether.actors.context import (
     default_counter,
 )
 from tether.actors.guards.loops import LoopPolicy
-from tether.actors.messages import Event, Message
-from tether.actors.model import Decision, FinalAnswer, Model, ModelRequest, ToolCall
+from tether.actors.messages import DeadLettered, Event, FallibleReply, Message
+from tether.actors.model import (
+    Decision,
+    FinalAnswer,
+    Model,
+    ModelRequest,
+    ToolCall,
+    ToolCalls,
+    Usage,
+    calls_of,
+)
 from tether.actors.tool import Tool
 from tether.errors import (
     ApprovalRejected,
     ConfigError,
     DeterminismViolation,
     EffectAborted,
+    EffectInterrupted,
     LoopDetected,
+    TaskFailed,
     ToolFailed,
     ToolInputError,
     ToolUnavailable,
@@ -62,13 +73,18 @@ from tether.errors import (
 
 class UserMessage(Message, kw_only=False):
     """A person's message: starts a task, or joins the running one. ``ask`` it to get the
-    task's final answer."""
+    task's ``TaskResult`` (or ``tether.TaskFailed`` if the task did not finish)."""
 
     text: str
 
 
 class CancelTask(Message):
-    """Stop the running task cleanly (between two steps); whoever asked gets the reason."""
+    """End the running task; whoever asked for it gets ``tether.TaskFailed`` with the reason.
+
+    It is delivered after the step under way, and it interrupts the tool call that step waits
+    on (the call's outcome goes to the tool's recovery policy: ``docs/recovery.md``)."""
+
+    interrupts: ClassVar[bool] = True
 
     reason: str = "cancelled by the user"
 
@@ -83,10 +99,43 @@ class GetSessionInfo(Message):
     """Ask for a ``SessionInfo``: the session's status, belief and frontier."""
 
 
-class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+#: Where a task stands: ``working`` while it runs, then how it ended. A session's status
+#: (``SessionInfo.status``) is its latest task's, or ``idle`` before its first.
+TaskStatus = Literal["working", "finished", "stopped", "cancelled", "failed"]
+
+
+class TaskCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call a task made, as its ``TaskResult`` reports it."""
+
+    tool: str
+    args: dict[str, Any]
+    result: str | None = None  # what the model was shown (JSON for structured results)
+    error: str | None = None
+    # The call's idempotency key in the effects ledger (``tether show``, ``tether quarantine``);
+    # None when nothing was recorded: invalid arguments, a detected loop, an open breaker.
+    effect_key: str | None = None
+
+
+class TaskResult(FallibleReply, frozen=True, kw_only=True, tag=True):
+    """What ``await session.ask(tether.UserMessage(...))`` returns for a finished task. A task
+    that was stopped, cancelled or failed raises ``tether.TaskFailed`` instead, carrying this
+    (its ``result``): the session's last word, the reason, the calls made until then."""
+
+    session_id: str
+    task: int
+    status: str  # a TaskStatus other than "working"
+    outcome: str  # "finished", or the status and why: "stopped: step limit (50) reached"
+    answer: str
+    calls: tuple[TaskCall, ...] = ()
+
+    def failure(self) -> TaskFailed | None:
+        return None if self.status == "finished" else TaskFailed(self)
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     session_id: str
     goal: str
-    status: str  # "idle" | "working"
+    status: str  # "idle" (no task yet), or the latest task's TaskStatus
     task: int
     task_text: str
     steps: int
@@ -94,6 +143,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     frontier: str
     last_answer: str
     outcome: str
+    usage: Usage = msgspec.field(default_factory=Usage)  # the model's tokens, all tasks
 
 
 # -- what a session journals --------------------------------------------------------------------
@@ -131,6 +181,7 @@ class ModelDecided(Event):
 class ToolResult(Event):
     record: ToolCallRecord
     invalid: bool = False  # the call's arguments did not fit the tool's schema
+    key: str | None = None  # the effect's idempotency key, if the call was recorded
 
 
 class ContextReset(Event):
@@ -139,7 +190,7 @@ class ContextReset(Event):
 
 class TaskEnded(Event):
     task: int
-    outcome: str  # "finished" | "cancelled" | "stopped: <why>"
+    outcome: str  # "finished" | "cancelled: <why>" | "stopped: <why>" | "failed: <why>"
     answer: str
 
 
@@ -171,14 +222,23 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
     summary: str = ""
     belief: str = ""
     frontier: str = ""
-    corrections: int = 0  # invalid tool calls in a row
+    # Model answers in a row with an invalid tool call. Several invalid calls of one answer
+    # count once: the model has had no feedback between them, so no chance to correct.
+    corrections: int = 0
+    invalid_turn: int = 0  # the answer (turn) of the last invalid call; defaulted for old snapshots
     # The current task's tool calls and the tools they used (first use first): counted, not
     # read off the history, which the bound and a context reset trim. Defaulted, so an older
     # snapshot still decodes (a task under way then counts from there).
     task_calls: int = 0
     task_tools: tuple[str, ...] = ()
+    # The current task's calls as its TaskResult reports them (at most one per step, so at
+    # most max_steps). Defaulted: an older snapshot's running task reports the calls from here.
+    calls: tuple[TaskCall, ...] = ()
     last_answer: str = ""
     outcome: str = ""
+    # What the model's answers used, summed over every decision (their Usage, where the model
+    # reported one). Defaulted, so an older snapshot still decodes (counting from there).
+    usage: Usage = msgspec.field(default_factory=Usage)
 
 
 class AgentSession(Actor[SessionState]):
@@ -273,6 +333,7 @@ class AgentSession(Actor[SessionState]):
                     corrections=0,
                     task_calls=0,
                     task_tools=(),
+                    calls=(),
                     outcome="",
                     **self._keep(state, ChatMessage(role="user", text=text)),
                 )
@@ -286,14 +347,19 @@ class AgentSession(Actor[SessionState]):
                 return rep(state, **self._keep(state, *state.heard), heard=())
             case StepBegun(step=step, belief=belief, frontier=frontier):
                 return rep(state, steps=step, belief=belief, frontier=frontier)
-            case ModelDecided(decision=ToolCall() as call):
-                said = call.thought or f"I will call {call.tool}."
+            case ModelDecided(decision=ToolCall() | ToolCalls() as decided):
+                # Only what the model said enters the history: a provider adapter sends it
+                # back as the text of the assistant message that carries the tool calls, so
+                # invented text ("I will call ...") would be put in the model's mouth.
+                said = ChatMessage(role="assistant", text=decided.thought)
+                calls = "; ".join(f"{c.tool} {_json(c.args)}" for c in calls_of(decided))
                 return rep(
                     state,
                     decisions=state.decisions + 1,
-                    belief=call.thought or state.belief,
-                    frontier=f"call {call.tool} {_json(call.args)}",
-                    **self._keep(state, ChatMessage(role="assistant", text=said)),
+                    belief=decided.thought or state.belief,
+                    frontier=f"call {calls}",
+                    usage=_used(state, decided),
+                    **(self._keep(state, said) if decided.thought else {}),
                 )
             case ModelDecided(decision=FinalAnswer() as answer):
                 return rep(
@@ -301,14 +367,24 @@ class AgentSession(Actor[SessionState]):
                     decisions=state.decisions + 1,
                     belief=answer.thought or state.belief,
                     frontier="answer the user",
+                    usage=_used(state, answer),
                 )
-            case ToolResult(record=record, invalid=invalid):
+            case ToolResult(record=record, invalid=invalid, key=key):
                 tools = state.task_tools
+                made = TaskCall(
+                    tool=record.tool,
+                    args=record.args,
+                    result=record.result,
+                    error=record.error,
+                    effect_key=key,
+                )
                 return rep(
                     state,
-                    corrections=state.corrections + 1 if invalid else 0,
+                    corrections=_corrections(state, record, invalid),
+                    invalid_turn=record.turn if invalid else state.invalid_turn,
                     task_calls=state.task_calls + 1,
                     task_tools=tools if record.tool in tools else (*tools, record.tool),
+                    calls=(*state.calls, made),
                     **self._keep(state, record),
                 )
             case ContextReset(summary=summary):
@@ -340,8 +416,8 @@ class AgentSession(Actor[SessionState]):
     # -- messages ------------------------------------------------------------------------------
 
     async def handle(
-        self, msg: UserMessage | CancelTask | Continue | GetSessionInfo
-    ) -> str | SessionInfo | None:
+        self, msg: UserMessage | CancelTask | Continue | GetSessionInfo | DeadLettered
+    ) -> TaskResult | SessionInfo | str | None:
         match msg:
             case UserMessage(text=text):
                 if not text.strip():
@@ -357,20 +433,42 @@ class AgentSession(Actor[SessionState]):
             case CancelTask(reason=reason):
                 if self.state.status != "working":
                     return "no task is running"
-                self._end("cancelled", f"Task cancelled: {reason}")
+                self._end(f"cancelled: {reason}", f"Task cancelled: {reason}")
                 return "cancelled"
             case Continue(task=task):
                 if self.state.status == "working" and task == self.state.task:
                     await self._step()
                 return None  # a step of a task that ended (cancelled) is dropped
+            case DeadLettered():
+                self._dead_lettered(msg)
+                return None
         return self.info()  # GetSessionInfo
+
+    def _dead_lettered(self, notice: DeadLettered) -> None:
+        """A step of the running task could not be processed (it failed, or its process died,
+        ``max_attempts`` times): the task fails, with the reason, and whoever asked for it is
+        answered now. Without this the session said "working" for ever, each new message
+        joined a task that no step would ever continue, and every asker waited its timeout.
+        (A dead-lettered ``UserMessage`` changed nothing here: its asker was told by the
+        runtime.)"""
+        if notice.msg_type != Continue.__name__ or self.state.status != "working":
+            return
+        try:
+            task = msgspec.msgpack.decode(notice.payload, type=Continue).task
+        except msgspec.DecodeError:  # sent without its payload (too large): it was ours
+            task = self.state.task
+        if task != self.state.task:
+            return  # a step of a task that already ended
+        last = notice.errors[-1] if notice.errors else "no attempt finished"
+        why = f"step {self.state.steps + 1} was dead-lettered ({notice.reason}); {last}"
+        self._end(f"failed: {why}", f"I could not continue: {why}")
 
     def info(self) -> SessionInfo:
         s = self.state
         return SessionInfo(
             session_id=self.id,
             goal=self.goal,
-            status=s.status,
+            status=session_status(s),
             task=s.task,
             task_text=s.task_text,
             steps=s.steps,
@@ -378,6 +476,7 @@ class AgentSession(Actor[SessionState]):
             frontier=s.frontier,
             last_answer=s.last_answer,
             outcome=s.outcome,
+            usage=s.usage,
         )
 
     # -- one step ------------------------------------------------------------------------------
@@ -392,10 +491,11 @@ class AgentSession(Actor[SessionState]):
         try:
             bundle = self.context()
         except ConfigError as exc:
-            # The pinned fragments (goal, constraints, the checkpoint with the task's text) do
-            # not fit the budget: every replay of this step would fail the same way, so the
-            # step's message was dead-lettered and the task stayed "working", its asker never
-            # answered. End the task, saying why; the session takes the next task.
+            # The pinned fragments (goal, constraints, the checkpoint with the task's text), or
+            # the thread summary with them, do not fit the budget: every replay of this step
+            # would fail the same way, so the step's message was dead-lettered and the task
+            # stayed "working", its asker never answered. End the task, saying why; the
+            # session takes the next task (whose checkpoint may leave the summary room).
             self._end(f"stopped: {exc}", f"I could not continue: {exc}")
             return
         request = ModelRequest(
@@ -409,6 +509,11 @@ class AgentSession(Actor[SessionState]):
         )
         try:
             decision: Decision = await self.effect(self._model_tool, request=request)
+        except EffectInterrupted:
+            # A CancelTask is next in the mailbox: it ends the task. (Should it not, this
+            # continuation asks the model again, in a new step.)
+            await self.self_ref.tell(Continue(task=s.task))
+            return
         except (ToolFailed, EffectAborted, DeterminismViolation) as exc:
             self._end(f"stopped: the model failed: {exc}", f"I could not continue: {exc}")
             return
@@ -416,17 +521,31 @@ class AgentSession(Actor[SessionState]):
         if isinstance(decision, FinalAnswer):
             self._end("finished", decision.text)
             return
-        if await self._act(decision):
-            if self.state.heard:
-                self.persist(Heard())
-            await self.self_ref.tell(Continue(task=s.task))
+        # Several calls in one answer are made in order, each its own effect (its own index,
+        # key, guards and receipt), so a crash between two of them replays the done ones from
+        # their receipts and makes the next. Every call gets a result before the model is
+        # asked again, as the providers require for each of its call ids.
+        for call in calls_of(decision):
+            if not await self._act(call):
+                return
+            if not self.state.history:
+                # A successful _act always appends a record, so an empty history means the
+                # loop policy reset the context: the model decides afresh, and the rest of
+                # this answer, planned on the context just dropped, is not made.
+                break
+        if self.state.heard:
+            self.persist(Heard())
+        await self.self_ref.tell(Continue(task=s.task))
 
     async def _act(self, call: ToolCall) -> bool:
         """Make the call the model asked for and journal its outcome; False if the task ended."""
+        if call.malformed:
+            return self._invalid(call, call.malformed)
         tool = self._tools_by_name.get(call.tool)
         if tool is None:
             known = ", ".join(self._tools_by_name) or "none"
             return self._invalid(call, f"there is no tool named {call.tool!r} (tools: {known})")
+        key: str | None = None  # set once the call is in the ledger
         try:
             value = await self.effect(tool, **call.args)
         except ToolInputError as exc:
@@ -436,26 +555,26 @@ class AgentSession(Actor[SessionState]):
                 self._end(f"stopped: loop detected: {exc.detail}", _stopped_answer(self.state))
                 return False
             if exc.response == "reset":
-                self.persist(ContextReset(summary=self._reset_summary(exc.detail)))
-                return True
+                return self._reset_context(exc.detail)
             error = f"Loop detected, the call was not made: {exc.detail}"
         except ToolUnavailable as exc:
             error = exc.reason
         except ApprovalRejected as exc:
             error = f"A person rejected this call ({exc.by}): {exc.reason}"
-        except (ToolFailed, EffectAborted, DeterminismViolation) as exc:
-            error = str(exc)
+        except (ToolFailed, EffectAborted, DeterminismViolation, EffectInterrupted) as exc:
+            error, key = str(exc), exc.key
         else:
-            self.persist(ToolResult(record=_record(call, result=_text(value))))
+            key = self.last_effect_key
+            self.persist(ToolResult(record=self._record(call, result=_text(value)), key=key))
             return True
-        self.persist(ToolResult(record=_record(call, error=error)))
+        self.persist(ToolResult(record=self._record(call, error=error), key=key))
         return True
 
     def _invalid(self, call: ToolCall, problem: str) -> bool:
-        """Invalid arguments go back to the model for one correction; twice in a row, the
-        task is escalated: stopped, with the reason, for a person to pick up."""
+        """Invalid arguments go back to the model for one correction; in two answers in a
+        row, the task is escalated: stopped, with the reason, for a person to pick up."""
         self.persist(
-            ToolResult(record=_record(call, error=f"Invalid call: {problem}"), invalid=True)
+            ToolResult(record=self._record(call, error=f"Invalid call: {problem}"), invalid=True)
         )
         if self.state.corrections >= 2:
             why = f"escalated: invalid tool call twice in a row ({call.tool}: {problem})"
@@ -467,29 +586,72 @@ class AgentSession(Actor[SessionState]):
             return False
         return True
 
+    def _record(
+        self, call: ToolCall, *, result: str | None = None, error: str | None = None
+    ) -> ToolCallRecord:
+        """The history record of ``call``: under the provider's call id, in the turn of the
+        answer that asked for it (the decision just journaled)."""
+        return ToolCallRecord(
+            tool=call.tool,
+            args=dict(call.args),
+            result=result,
+            error=error,
+            call_id=call.call_id,
+            turn=self.state.decisions,
+        )
+
     def _end(self, outcome: str, answer: str) -> None:
+        """End the running task: journaled, and every asker of it answered with its
+        ``TaskResult`` (raised as ``TaskFailed`` unless the outcome is "finished")."""
         s = self.state
+        result = TaskResult(
+            session_id=self.id,
+            task=s.task,
+            status=task_status(outcome),
+            outcome=outcome,
+            answer=answer,
+            calls=s.calls,
+        )
         for msg_id in s.reply_to:
-            self.reply(msg_id, answer)
+            self.reply(msg_id, result)
         self.persist(TaskEnded(task=s.task, outcome=outcome, answer=answer))
 
     # -- context -------------------------------------------------------------------------------
 
     def context(self) -> ContextBundle:
         """The context bundle for the next model call, from the session's fragments."""
-        s = self.state
+        return self._bundle(self.state.summary, self.state.history)
+
+    def _bundle(
+        self, summary: str, history: Sequence[ChatMessage | ToolCallRecord]
+    ) -> ContextBundle:
         fragments: list[Fragment] = [Goal(text=self.goal)]
         fragments.extend(Constraint(text=c) for c in self.constraints)
-        if s.summary:
-            fragments.append(Summary(text=s.summary))
+        if summary:
+            fragments.append(Summary(text=summary))
         fragments.append(Checkpoint(text=self._checkpoint()))
-        fragments.extend(s.history)
+        fragments.extend(history)
         return assemble(fragments, budget=self.context_budget, count_tokens=type(self).count_tokens)
 
     def _checkpoint(self) -> str:
         s = self.state
         note = f"Task {s.task}: {s.task_text} Step {s.steps} of at most {self.max_steps}."
         return f"{note} Belief: {s.belief}" if s.belief else note
+
+    def _reset_context(self, detail: str) -> bool:
+        """Replace the history by a summary (a loop policy's ``reset``); False if the task
+        ended instead. The bundle never trims the summary, so one that does not fit the budget
+        would stop the next step anyway: it is refused here, not stored, and the task ends
+        saying why, the session's summary and history left as they were for its next task."""
+        summary = self._reset_summary(detail)
+        try:
+            self._bundle(summary, ())
+        except ConfigError as exc:
+            why = f"loop detected: {detail} The context could not be reset: {exc}"
+            self._end(f"stopped: {why}", f"I could not continue: {why}")
+            return False
+        self.persist(ContextReset(summary=summary))
+        return True
 
     def _reset_summary(self, detail: str) -> str:
         s = self.state
@@ -564,13 +726,35 @@ def _model_tool(cls: type[AgentSession]) -> Tool:
         description="the session's model",
         loop_guard=False,
         defer_receipt=False,  # I6: once the model answered, it is never asked again
+        bound_nesting=False,  # the session's own request (its decisions are bounded: results)
     )
 
 
-def _record(
-    call: ToolCall, *, result: str | None = None, error: str | None = None
-) -> ToolCallRecord:
-    return ToolCallRecord(tool=call.tool, args=dict(call.args), result=result, error=error)
+def task_status(outcome: str) -> str:
+    """The TaskStatus of an ended task, from its outcome ("stopped: why" -> "stopped")."""
+    return outcome.partition(":")[0] or "finished"
+
+
+def session_status(state: SessionState) -> str:
+    """``SessionInfo.status``: "working", the latest task's ending, or "idle" before any."""
+    if state.status == "working":
+        return "working"
+    return task_status(state.outcome) if state.task else "idle"
+
+
+def _corrections(state: SessionState, record: ToolCallRecord, invalid: bool) -> int:
+    """``SessionState.corrections`` after ``record``: 0 after a valid call; one more after an
+    invalid one, unless an earlier call of the same answer was invalid already."""
+    if not invalid:
+        return 0
+    if record.turn and record.turn == state.invalid_turn:
+        return state.corrections
+    return state.corrections + 1
+
+
+def _used(state: SessionState, decision: Decision) -> Usage:
+    """The session's token total with ``decision``'s usage added, if the model reported one."""
+    return state.usage if decision.usage is None else state.usage + decision.usage
 
 
 def _text(value: Any) -> str:

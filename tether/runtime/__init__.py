@@ -1,1 +1,1 @@
-"""The process-level system: Runtime, delivery, journal, group commit and the stores."""
+"""The process-level system: Runtime, delivery, journal, group commit (its store: ``tether.store``)."""

@@ -12,43 +12,56 @@ Rules:
 * A request is bound to a fingerprint of the exact call (tool + canonical arguments).
   ``Modify`` replaces the arguments, which are validated against the tool's schema and
   re-fingerprinted; approvals given before a modification do not count for the new call.
-* ``ApprovalPolicy(approvers=N)``: N distinct people must approve; one rejection rejects.
+* ``ApprovalPolicy(approvers_needed=N)``: N distinct people must approve; one rejection rejects.
 * ``ApprovalPolicy(timeout=..., on_timeout=...)``: past the deadline the default outcome
   applies (reject unless configured), even if the runtime was down when the deadline passed.
 * A decision on an unknown request raises ``ApprovalNotFound``; on a decided or expired one,
-  ``ApprovalClosed``.
+  ``ApprovalClosed``; on one that changed since the decider read it (``expected_version``),
+  ``ApprovalChanged``; by an identity that may only look, ``NotPermitted``.
+* Every decision says who made it and through what (``tether.Identity``): a quorum counts
+  distinct authenticated people, and names nobody checked (the CLI's ``--by``) count as one
+  approver together. Every attempt, allowed or refused, is audited (``tether.runtime.audit``).
+* ``ApprovalPolicy(notify=Webhook(url, secret))``: each new request and its outcome are
+  posted, signed, through the effects ledger (``tether.runtime.notices``).
+
+The desk itself (``rt.approvals``) is in ``approval_desk.py``; this module holds the records'
+pure functions, so that the gate, the desk and the CLI share them.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import msgspec
 
-from tether.actors.actor import import_object
-from tether.errors import (
-    ApprovalClosed,
-    ApprovalNotFound,
-    ConfigError,
-    CorruptRecordError,
-    ToolInputError,
-)
+from tether.actors.actor import warn_if_main
+from tether.actors.guards.webhook import Webhook
+from tether.deprecation import RenamedFields
+from tether.errors import ConfigError, CorruptRecordError, ToolInputError
 from tether.runtime import telemetry
-from tether.runtime.store import ApprovalDecision, ApprovalRecord
+from tether.runtime.audit import Identity
+from tether.store.records import ApprovalDecision, ApprovalRecord
 
 if TYPE_CHECKING:
     from tether.actors.tool import Tool
-    from tether.runtime.runtime import Runtime
 
 
-class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """How a held call is decided: a deadline with a default outcome, and a quorum."""
+class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True, metaclass=RenamedFields):
+    """How a held call is decided: a deadline with a default outcome, and a quorum.
+
+    ``approvers_needed`` distinct people must approve (``ApprovalRequest.approvers_needed``);
+    ``approvers=`` is its deprecated name. ``notify``: a ``tether.Webhook`` (or several) that
+    receives each new request and its outcome, signed.
+    """
 
     timeout: float = 24 * 3600.0
     on_timeout: Literal["reject", "approve"] = "reject"
-    approvers: int = 1
+    approvers_needed: int = 1
+    notify: Webhook | Sequence[Webhook] = ()
+
+    _renamed_fields: ClassVar[Mapping[str, str]] = {"approvers": "approvers_needed"}
 
     def __post_init__(self) -> None:
         if isinstance(self.timeout, bool) or not (
@@ -59,18 +72,36 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"ApprovalPolicy.on_timeout must be 'reject' or 'approve', not {self.on_timeout!r}"
             )
-        if isinstance(self.approvers, bool) or not (
-            isinstance(self.approvers, int) and self.approvers >= 1
+        if isinstance(self.approvers_needed, bool) or not (
+            isinstance(self.approvers_needed, int) and self.approvers_needed >= 1
         ):
             raise ConfigError(
-                f"ApprovalPolicy.approvers must be an int >= 1, not {self.approvers!r}"
+                f"ApprovalPolicy.approvers_needed must be an int >= 1, not {self.approvers_needed!r}"
             )
+        hooks = self.webhooks()
+        urls = [w.url for w in hooks]
+        if len(set(urls)) != len(urls):
+            raise ConfigError(f"ApprovalPolicy.notify names a URL twice: {urls}")
+
+    def webhooks(self) -> tuple[Webhook, ...]:
+        """``notify`` as a tuple (it may be given as one ``Webhook``)."""
+        notify = self.notify
+        if isinstance(notify, Webhook):
+            return (notify,)
+        if isinstance(notify, list | tuple):
+            hooks = tuple(notify)
+            if all(isinstance(w, Webhook) for w in hooks):
+                return hooks
+        raise ConfigError(
+            f"ApprovalPolicy.notify must be a tether.Webhook or a sequence of them, not {notify!r}"
+        )
 
 
 class Approve(msgspec.Struct, frozen=True, kw_only=True):
-    """Run the call as requested (or as last modified)."""
+    """Run the call as requested (or as last modified). ``comment`` is kept with it."""
 
     by: str
+    comment: str | None = None
 
 
 class Reject(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,10 +112,12 @@ class Reject(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Modify(msgspec.Struct, frozen=True, kw_only=True):
-    """Run it with these arguments instead (validated against the tool's schema)."""
+    """Run it with these arguments instead (validated against the tool's schema, and
+    fingerprinted anew); its author counts as the first approver of the new call."""
 
     by: str
     args: dict[str, Any]
+    comment: str | None = None
 
 
 Decision = Approve | Reject | Modify
@@ -108,6 +141,9 @@ class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     decisions: list[dict[str, Any]]
     created_at: float
+    version: int = 0  # grows with every change: decide(expected_version=) refuses a stale one
+    fingerprint: str = ""  # of the call that will run if approved (as last modified)
+    approvals_counted: int = 0  # towards approvers_needed: names nobody checked count as one
 
 
 def request_id_for(actor_id: str, msg_id: str, idx: int) -> str:
@@ -133,6 +169,8 @@ def new_request(
     policy: ApprovalPolicy,
     now: float,
 ) -> ApprovalRecord:
+    if tool.path:  # another process validates a Modify decision by importing the tool
+        warn_if_main(tool.path, "tool")
     return ApprovalRecord(
         request_id=request_id_for(actor_id, msg_id, idx),
         actor_id=actor_id,
@@ -146,15 +184,34 @@ def new_request(
         context=msgspec.msgpack.encode(context),
         deadline=now + policy.timeout,
         on_timeout=policy.on_timeout,
-        quorum=policy.approvers,
+        quorum=policy.approvers_needed,
         created_at=now,
+        notify=[w.url for w in policy.webhooks()],
     )
 
 
 def decided(
-    record: ApprovalRecord, decision: Decision, now: float, tool: Tool | None
+    record: ApprovalRecord,
+    decision: Decision,
+    now: float,
+    tool: Tool | None,
+    identity: Identity | None = None,
 ) -> ApprovalRecord:
-    """``record`` with ``decision`` applied: pure, so that it can be retried on a conflict."""
+    """``record`` with ``decision`` by ``identity`` applied (default: ``decision.by``, as the
+    application's code says): pure, so that it can be retried on a conflict."""
+    who = identity if identity is not None else Identity(name=decision.by)
+
+    def mark(kind: str, reason: str | None = None, args: bytes | None = None) -> ApprovalDecision:
+        return ApprovalDecision(
+            kind=kind,
+            by=who.name,
+            at=now,
+            reason=reason,
+            args=args,
+            authenticated=who.authenticated,
+            via=who.via,
+        )
+
     if isinstance(decision, Reject):
         # A reason that is not text was stored and made the record undecodable; a blank one
         # told the agent nothing.
@@ -162,7 +219,7 @@ def decided(
             raise ConfigError(
                 f"a rejection needs a reason (text): it goes back to the agent, not {decision.reason!r}"
             )
-        entry = ApprovalDecision(kind="reject", by=decision.by, at=now, reason=decision.reason)
+        entry = mark("reject", decision.reason)
         return msgspec.structs.replace(
             record,
             status="rejected",
@@ -184,7 +241,7 @@ def decided(
                 f"Modify.args must be a dict of argument names to values, not {decision.args!r}",
             )
         call = tool.prepare(dict(decision.args))  # ToolInputError names the field
-        entry = ApprovalDecision(kind="modify", by=decision.by, at=now, args=call.args_blob)
+        entry = mark("modify", _comment(decision.comment), call.args_blob)
         record = msgspec.structs.replace(
             record,
             decisions=[*record.decisions, entry],
@@ -193,11 +250,11 @@ def decided(
             version=record.version + 1,
         )
     else:
-        entry = ApprovalDecision(kind="approve", by=decision.by, at=now)
+        entry = mark("approve", _comment(decision.comment))
         record = msgspec.structs.replace(
             record, decisions=[*record.decisions, entry], version=record.version + 1
         )
-    if len(approvers(record)) >= record.quorum:
+    if approvals_counted(record) >= record.quorum:
         record = msgspec.structs.replace(
             record,
             status="approved",
@@ -208,16 +265,59 @@ def decided(
     return record
 
 
-def approvers(record: ApprovalRecord) -> list[str]:
-    """The distinct people whose approval counts for the call as it now stands: a
-    modification starts the count again, with its author as the first approver."""
-    names: list[str] = []
+def _comment(text: str | None) -> str | None:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ConfigError(f"a comment is text, not {text!r}")
+    return text.strip() or None
+
+
+def _approvals(record: ApprovalRecord) -> list[ApprovalDecision]:
+    """The approvals of the call as it now stands: a modification starts them again, as the
+    first of them."""
+    current: list[ApprovalDecision] = []
     for d in record.decisions:
         if d.kind == "modify":
-            names = [d.by]
-        elif d.kind == "approve" and d.by not in names:
-            names.append(d.by)
-    return names
+            current = [d]
+        elif d.kind == "approve":
+            current.append(d)
+    return current
+
+
+def approvers(record: ApprovalRecord) -> list[str]:
+    """The distinct names that approved the call as it now stands."""
+    return list(dict.fromkeys(d.by for d in _approvals(record)))
+
+
+def approvals_counted(record: ApprovalRecord) -> int:
+    """How many approvers the call as it now stands has, towards its quorum: each distinct
+    authenticated person once, and every name nobody checked (the CLI's ``--by``) together
+    once, as such names cannot be told apart: one person typing two names is one approver."""
+    checked = {d.by for d in _approvals(record) if d.authenticated}
+    unchecked = {d.by for d in _approvals(record) if not d.authenticated} - checked
+    return len(checked) + (1 if unchecked else 0)
+
+
+def approval_refused(record: ApprovalRecord, who: Identity) -> str | None:
+    """Why ``who`` may not approve ``record`` now (it would not count), or None."""
+    names = approvers(record)
+    if who.name in names:
+        return f"{who.name!r} has already approved request {record.request_id}"
+    if not who.authenticated:
+        unchecked = [d.by for d in _approvals(record) if not d.authenticated]
+        if unchecked:
+            return (
+                f"{who.name!r} is a name nobody checked, and request {record.request_id} "
+                f"already has an approval by such a name ({unchecked[0]!r}): they count as "
+                "one approver together; the quorum needs distinct authenticated people"
+            )
+    return None
+
+
+def current_fingerprint(record: ApprovalRecord) -> str:
+    """The fingerprint of the call that runs if ``record`` is approved as it stands."""
+    return record.approved_fingerprint or record.fingerprint
 
 
 def timed_out(record: ApprovalRecord, now: float) -> ApprovalRecord:
@@ -227,6 +327,7 @@ def timed_out(record: ApprovalRecord, now: float) -> ApprovalRecord:
         by="timeout",
         at=now,
         reason=f"no decision within the deadline; policy on_timeout={record.on_timeout!r}",
+        via="policy",
     )
     approved = record.on_timeout == "approve"
     return msgspec.structs.replace(
@@ -263,6 +364,9 @@ def view(record: ApprovalRecord) -> ApprovalRequest:
             for d in record.decisions
         ],
         created_at=record.created_at,
+        version=record.version,
+        fingerprint=current_fingerprint(record),
+        approvals_counted=approvals_counted(record),
     )
 
 
@@ -285,186 +389,3 @@ def _decode_args(blob: bytes) -> dict[str, Any]:
         return msgspec.msgpack.decode(blob, type=dict[str, Any])
     except msgspec.DecodeError:
         return {"(undecodable)": blob.hex()}
-
-
-class Approvals:
-    """The runtime's approvals desk (``rt.approvals``)."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
-        self._handlers: list[Handler] = []
-        self._offered: set[str] = set()
-
-    def attach(self, handler: Handler) -> None:
-        """Call ``handler(request)`` for every request held in this runtime (and, at once, for
-        those already pending); a returned decision is applied with ``decide``. A handler that
-        returns None leaves the request for someone else."""
-        if not callable(handler):
-            raise ConfigError(f"an approval handler must be an async callable, not {handler!r}")
-        self._handlers.append(handler)
-        if self._rt.is_open:
-            self._rt.start_soon(self.offer_pending)
-
-    async def pending(
-        self, session_id: str | None = None, *, include_expired: bool = False
-    ) -> list[ApprovalRequest]:
-        """Every request waiting for a decision (of one session, if given), oldest first.
-
-        A request whose deadline has passed takes no decision any more; its default outcome
-        applies when its session next runs. It is left out unless ``include_expired``.
-        A request whose stored record cannot be decoded is left out too, and logged (once per
-        process) as ``approval_record_corrupt`` naming it."""
-        rows = await self._rt.store.find_approvals(
-            status="pending", actor_id=session_id, on_corrupt=report_corrupt
-        )
-        now = self._rt.clock()
-        return [view(r) for r in rows if include_expired or r.deadline > now]
-
-    async def get(self, request_id: str) -> ApprovalRequest:
-        return view(await self._load(request_id))
-
-    async def decide(self, request_id: str, decision: Decision) -> ApprovalRequest:
-        """Record ``decision``; when it completes the request, the held step runs again."""
-        if not isinstance(decision, Approve | Reject | Modify):
-            raise ConfigError(
-                f"a decision is tether.Approve, tether.Reject or tether.Modify, not {decision!r}"
-            )
-        if not (isinstance(decision.by, str) and decision.by.strip()):
-            # a blank name counted as one more distinct approver towards a quorum
-            raise ConfigError(f"a decision must say who made it (by=...), not {decision.by!r}")
-        for _ in range(20):  # compare-and-swap against concurrent deciders
-            record = await self._load(request_id)
-            now = self._rt.clock()
-            if record.status != "pending":
-                raise ApprovalClosed(request_id, f"it was already {record.status}")
-            if now >= record.deadline:
-                raise ApprovalClosed(
-                    request_id,
-                    f"its deadline passed {now - record.deadline:.0f} s ago "
-                    f"(on_timeout={record.on_timeout})",
-                )
-            if isinstance(decision, Approve) and decision.by in approvers(record):
-                raise ConfigError(f"{decision.by!r} has already approved request {request_id}")
-            tool = _import_tool(record) if isinstance(decision, Modify) else None
-            new = decided(record, decision, now, tool)
-            if not telemetry.tracing_enabled():
-                swapped = await self._rt.store.update_approval(new, record.version)
-            else:
-                attributes = {
-                    "tether.approval_id": request_id,
-                    "tether.session_id": record.actor_id,
-                    "tether.tool": record.tool,
-                    "tether.decision": type(decision).__name__.lower(),
-                    "tether.decided_by": decision.by,
-                    "tether.status": new.status,
-                }
-                with telemetry.tracer.start_as_current_span(
-                    "tether.approval.decide", attributes=attributes
-                ):
-                    swapped = await self._rt.store.update_approval(new, record.version)
-            if swapped:
-                self._decided(record, new, decision)
-                return view(new)
-        raise ApprovalClosed(request_id, "too many concurrent decisions; try again")
-
-    def _decided(self, old: ApprovalRecord, new: ApprovalRecord, decision: Decision) -> None:
-        kind = type(decision).__name__.lower()
-        telemetry.approval_decisions.add(1, {"decision": kind})
-        telemetry.log.info(
-            "approval_decided",
-            request_id=new.request_id,
-            session_id=new.actor_id,
-            tool=new.tool,
-            decision=kind,
-            by=decision.by,
-            status=new.status,
-        )
-        if new.status != "pending":
-            telemetry.approval_latency.record(max(0.0, (new.decided_at or 0.0) - old.created_at))
-            if new.actor_id in self._rt.cells:  # elsewhere, the owner's scan finds it
-                self._rt.wake_actor(new.actor_id)
-
-    async def _load(self, request_id: str) -> ApprovalRecord:
-        if not isinstance(request_id, str) or not request_id:
-            # None is "no filter" to the store: it found every request, and decide() then
-            # decided the oldest one, of whichever session
-            raise ApprovalNotFound(request_id)
-        rows = await self._rt.store.find_approvals(request_id=request_id)
-        if not rows:
-            raise ApprovalNotFound(request_id)
-        return rows[0]
-
-    # -- inside the runtime ------------------------------------------------------------------
-
-    def requested(self, record: ApprovalRecord) -> None:
-        """A step was just parked on ``record``: offer it to the attached handlers."""
-        telemetry.escalations.add(1, {"tool": record.tool})
-        telemetry.guard_event(
-            "approval_requested",
-            request_id=record.request_id,
-            session_id=record.actor_id,
-            tool=record.tool,
-            reason=record.reason,
-            deadline=record.deadline,
-        )
-        if self._handlers:
-            self._rt.start_soon(self._offer, record.request_id)
-
-    async def offer_pending(self) -> None:
-        """Offer every pending request to the attached handlers: those held before this
-        runtime started (their sessions may be passivated until their deadline), and those
-        held by other runtimes on the store. Deciding twice is harmless: the first decision
-        wins and the second is refused (``ApprovalClosed``), so several runtimes with
-        handlers may offer the same request. A request that cannot be decoded is logged and
-        skipped: this runs on every orphan scan of the scheduler, which must go on to its
-        other work."""
-        if not self._handlers:
-            return
-        now = self._rt.clock()
-        for record in await self._rt.store.find_approvals(
-            status="pending", on_corrupt=report_corrupt
-        ):
-            if record.deadline > now and record.request_id not in self._offered:
-                self._rt.start_soon(self._offer, record.request_id)
-
-    async def _offer(self, request_id: str) -> None:
-        if request_id in self._offered:
-            return
-        self._offered.add(request_id)
-        try:
-            for handler in list(self._handlers):
-                request = await self.get(request_id)
-                if request.status != "pending":
-                    return
-                try:
-                    decision = await handler(request)
-                except Exception as exc:  # noqa: BLE001 - a broken handler must not stop others
-                    telemetry.log.error(
-                        "approval_handler_failed", request_id=request_id, error=repr(exc)
-                    )
-                    continue
-                if decision is None:
-                    continue
-                try:
-                    request = await self.decide(request_id, decision)
-                except (ApprovalClosed, ConfigError, ToolInputError) as exc:
-                    telemetry.log.error(
-                        "approval_handler_decision_refused", request_id=request_id, error=str(exc)
-                    )
-                    continue
-                if request.status != "pending":
-                    return
-        finally:
-            self._offered.discard(request_id)
-
-
-def _import_tool(record: ApprovalRecord) -> Tool | None:
-    from tether.actors.tool import Tool
-
-    if not record.tool_path:
-        return None
-    try:
-        found = import_object(record.tool_path)
-    except ConfigError:
-        return None
-    return found if isinstance(found, Tool) else None

@@ -30,18 +30,20 @@ import msgspec
 import structlog
 
 from tether.actors.actor import Actor, ActorSpec
-from tether.actors.messages import UNENCODABLE, Event
+from tether.actors.messages import UNENCODABLE, DeadLettered, Event
 from tether.actors.ref import ActorRef
 from tether.errors import (
+    ChildStartFailed,
     ConfigError,
     CorruptRecordError,
     JournalWriteError,
+    MessageRejected,
     StaleLeaseError,
     StepSuspended,
     ToolUnavailable,
 )
-from tether.runtime import effects, telemetry
-from tether.runtime.store import (
+from tether.runtime import effects, notices, telemetry
+from tether.store.records import (
     PARKED,
     ApprovalRecord,
     AttemptFailed,
@@ -76,12 +78,14 @@ class Step:
         "escalate",
         "escalations",
         "events",
+        "last_key",
         "late_replies",
         "ledger",
         "next_effect",
         "outbox",
         "park_approval",
         "park_effect",
+        "park_notices",
         "park_until",
         "reply_deferred",
         "stop_reason",
@@ -102,6 +106,7 @@ class Step:
         # (msg id of an earlier ask, answer)
         self.late_replies: list[tuple[str, Any]] | tuple[()] = ()
         self.next_effect = 0  # the index of the step's next effect (I5)
+        self.last_key: str | None = None  # the latest effect's idempotency key
         # effect index -> why it must wait for a person (set by guards, e.g. a loop)
         self.escalations: dict[int, str] | None = None
         self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
@@ -109,6 +114,7 @@ class Step:
         self.suspended: str | None = None
         self.park_effect: EffectRecord | None = None
         self.park_approval: ApprovalRecord | None = None
+        self.park_notices: list[NewMessage] | tuple[()] = ()  # a new request's notices
         self.park_until = PARKED
 
     def add_event(self, row: JournalRow) -> None:
@@ -136,12 +142,14 @@ class Step:
         *,
         until: float = PARKED,
         approval: ApprovalRecord | None = None,
+        notices: list[NewMessage] | tuple[()] = (),
     ) -> None:
         """Make this step wait: whatever the handler does next, it is parked, not committed."""
         if self.suspended is None:
             self.suspended = reason
             self.park_effect = effect
             self.park_approval = approval
+            self.park_notices = notices
             self.park_until = until
 
 
@@ -181,7 +189,8 @@ class Wake:
     async def wait(self) -> None:
         if self._set:
             return
-        assert self._waiter is None, "a Wake has one waiter"
+        if self._waiter is not None:
+            raise RuntimeError("a Wake has one waiter: the cell's own task")
         waiter = self._waiter = asyncio.get_running_loop().create_future()
         try:
             await waiter
@@ -249,7 +258,14 @@ class Cell:
         self.rescan_requested = True
         self.processed = 0
         self.start_error: Exception | None = None  # why recovery or on_start failed, if it did
+        # rt.spawn waits for this start and raises ChildStartFailed to its caller itself
+        self.start_awaited = False
         self._msg_decoder = decoders(spec)[0]
+        # Message types whose arrival interrupts the running step's tool call (CancelTask),
+        # why the current step was interrupted, and the scope of its call in flight.
+        self.interrupting = frozenset(t.__name__ for t in spec.message_types if t.interrupts)
+        self.interrupt: str | None = None
+        self.call_scope: anyio.CancelScope | None = None
         self._log_context: dict[str, str] = {"actor_id": actor_id}
         if getattr(spec.cls, "is_session", False):
             self._log_context["session_id"] = actor_id  # a session id is its actor id
@@ -279,8 +295,7 @@ class Cell:
                 f"{self.spec.cls.__qualname__}.apply (it folds: {accepted})"
             )
         payload = self.runtime.encode(event)
-        assert self.instance is not None
-        state = self.instance.apply(self._state, event)
+        state = self._started().apply(self._state, event)
         if state is None and self.spec.cls.initial_state is not None:
             # An apply that forgot its `return` would make the state None from here on (and in
             # every recovery): the handler fails now, naming it, and nothing is journaled.
@@ -293,6 +308,10 @@ class Cell:
 
     def ref(self, actor_id: str) -> ActorRef:
         return self.runtime.ref(actor_id)
+
+    @property
+    def last_effect_key(self) -> str | None:
+        return self.step.last_key if self.step is not None else None
 
     def self_ref(self) -> ActorRef:
         return self.runtime.ref(self._actor_id)
@@ -333,10 +352,10 @@ class Cell:
         """
         if not events:
             return None
-        assert self.instance is not None
         if not applied:
+            instance = self._started()
             for event in events:
-                self._state = self.instance.apply(self._state, event)
+                self._state = instance.apply(self._state, event)
         self.unsubmitted += 1
         return Staged(self, list(events))
 
@@ -347,9 +366,17 @@ class Cell:
     def apply_in_memory(self, events: Sequence[Event]) -> None:
         """Apply events that are never journaled because the state can be rebuilt from
         elsewhere on start (a loop guard's observations: the session's effects ledger)."""
-        assert self.instance is not None
+        instance = self._started()
         for event in events:
-            self._state = self.instance.apply(self._state, event)
+            self._state = instance.apply(self._state, event)
+
+    def _started(self) -> Actor[Any]:
+        """The live instance; an error naming the actor before recovery made one."""
+        if self.instance is None:
+            raise ConfigError(
+                f"{self._actor_id}: the actor has not started (its state is not folded)"
+            )
+        return self.instance
 
     def submit_staged(self, staged: Staged) -> asyncio.Future[Any]:
         rows = [
@@ -453,9 +480,7 @@ class Cell:
         try:
             with self.scope:
                 try:
-                    await self._recover()
-                    assert self.instance is not None
-                    await self.instance.on_start()
+                    await (await self._recover()).on_start()
                 except Exception as exc:  # noqa: BLE001 - any start failure goes to supervision
                     self.start_error = exc
                     self.ready.set()  # whoever waits for the start must not wait for the verdict
@@ -504,6 +529,7 @@ class Cell:
                 finally:
                     telemetry.in_flight.add(-1)
                     self.current = msg = None  # not kept alive while the actor waits
+                    self.interrupt = None
                 continue
             if self.stop_reason is not None:
                 await self._safe_on_stop()  # stopped for good: the stop's commit ends the lease
@@ -517,12 +543,14 @@ class Cell:
         """Recovery or on_start failed: a failed (re)start, reported like any failure."""
         telemetry.log.error("actor_start_failed", actor_id=self._actor_id, error=repr(exc))
         if self.parent_id is None:
-            self.runtime.activation_failed(self._actor_id, exc)
+            if not (self.start_awaited and isinstance(exc, ChildStartFailed)):
+                self.runtime.activation_failed(self._actor_id, exc)  # tried again later
             return
         decision = await self.runtime.supervision.report(self, exc, starting=True)
         if decision.kind == "stop":
             await self._commit(self.runtime.stop_record(self._actor_id, decision.reason))
             self.runtime.forget_status(self._actor_id, "stopped")
+            self.runtime.stopped_for_good(self._actor_id, decision.reason)
         elif decision.kind in ("restart", "resume"):
             self.runtime.supervision.restart_later(
                 self.parent_id, [], 0.0, retry=(self._actor_id, decision.delay)
@@ -537,11 +565,13 @@ class Cell:
         self.leaving = True
         self.wake.set()
 
-    async def _recover(self) -> None:
-        """Fold the committed journal (after the latest snapshot) into a fresh instance (I3)."""
+    async def _recover(self) -> Actor[Any]:
+        """Fold the committed journal (after the latest snapshot) into a fresh instance (I3);
+        the instance, now the live one."""
         instance = self._new_instance()
         state, seq = await fold(self.runtime, self.spec, self._actor_id, instance)
         self._state, self.seq, self.instance = state, seq, instance
+        return instance
 
     def _new_instance(self) -> Actor[Any]:
         try:
@@ -558,12 +588,13 @@ class Cell:
         if self.instance is not None:
             with anyio.CancelScope(shield=True):
                 await self._safe_on_stop()
-        await self._recover()
-        assert self.instance is not None
-        await self.instance.on_start()
+        await (await self._recover()).on_start()
 
     async def _safe_on_stop(self) -> None:
-        assert self.instance is not None
+        if self.instance is None:  # never started: nothing to stop
+            return
+        if self.start_error is not None:
+            return  # its on_start failed: it never started, there is nothing to stop
         try:
             await self.instance.on_stop()
         except Exception as exc:  # noqa: BLE001 - never lets a failure kill the runtime
@@ -671,6 +702,31 @@ class Cell:
             self.known.add(msg.msg_id)
             self.buffer.append(msg)
             self.wake.set()
+            if msg.type in self.interrupting:
+                self.interrupted_by(msg.type, msg.msg_id)
+
+    def interrupted_by(self, msg_type: str, msg_id: str) -> None:
+        """A message that interrupts arrived: cut short the tool call the running step waits
+        on, and any it would make next (``tether.runtime.interrupts``)."""
+        current = self.current
+        if current is None or current.msg_id == msg_id or self.interrupt is not None:
+            return  # no step runs (it is delivered next), or it is the step, or said already
+        self.interrupt = f"interrupted by {msg_type}"
+        if self.call_scope is not None:
+            self.call_scope.cancel()
+
+    async def look_for_interrupts(self) -> None:
+        """Messages were stored for this actor by another process while a step runs: an
+        interrupting one among them interrupts it (the step does not rescan until it ends)."""
+        if not self.interrupting or self.current is None or self.interrupt is not None:
+            return
+        rows = await self.runtime.store.pending(
+            self._actor_id, self.runtime.clock(), 1000, on_corrupt=self._corrupt_message
+        )
+        for m in rows:
+            if m.type in self.interrupting and m.msg_id not in self.known:
+                self.interrupted_by(m.type, m.msg_id)
+                return
 
     async def _release(self) -> None:
         """Give the lease back so that any runtime can activate the actor on its next message."""
@@ -873,6 +929,7 @@ class Cell:
                 step.park_until,
                 step.park_effect,
                 step.park_approval,
+                step.park_notices,
             )
         )
         self.buffer.popleft()
@@ -882,6 +939,7 @@ class Cell:
             self.runtime.wake_at(step.park_until)
         if step.park_approval is not None:
             self.runtime.approvals.requested(step.park_approval)
+            notices.wake(self.runtime, list(step.park_notices))
         telemetry.log.info(
             "step_parked", actor_id=self._actor_id, msg_id=m.msg_id, why=step.suspended
         )
@@ -929,24 +987,40 @@ class Cell:
                     )
                     await self.runtime.time.sleep(decision.delay)
                 sup.held[self._actor_id] = "restarting"
+                failed: Exception | None = None
                 try:
-                    await self.restart()
+                    async with sup.fresh_start(self):
+                        await self.restart()
+                except Exception as exc:  # noqa: BLE001 - a failed restart, reported as one
+                    failed = exc
                 finally:
                     sup.held.pop(self._actor_id, None)
+                if failed is not None:
+                    await self._restart_failed(failed)
             case "exit":
                 raise Exit(decision.reason)
             case "stop":
                 await self._commit(self.runtime.stop_record(self._actor_id, decision.reason))
                 sup.held.pop(self._actor_id, None)
                 self.runtime.forget_status(self._actor_id, "stopped")  # its supervisor's decision
+                self.runtime.stopped_for_good(self._actor_id, decision.reason)
                 raise Exit(decision.reason)
             case "stopped":
                 raise Exit(decision.reason)  # already stopped for good by supervision
 
+    async def _restart_failed(self, exc: Exception) -> None:
+        """A restart in place failed (recovery or ``on_start``): it is reported as the failed
+        start it is, which counts toward the supervisor's intensity, and this instance leaves."""
+        self.start_error = exc
+        await self._start_failed(exc)
+        raise Exit(f"its restart failed: {type(exc).__name__}: {exc}")
+
     async def _fail(self, m: StoredMessage, errors: list[str], why: str) -> None:
-        """Move ``m`` to dead letters with its error history; the actor goes on (I7)."""
+        """Move ``m`` to dead letters with its error history; the actor goes on (I7). An actor
+        that accepts ``tether.DeadLettered`` is told, in the same transaction."""
         reason = f"{why}; max_attempts={self.runtime.max_attempts}"
-        await self._commit(
+        notice = self._dead_letter_notice(m, errors, reason)
+        result = await self._commit(
             AttemptFailed(
                 self._actor_id,
                 self.fence,
@@ -954,8 +1028,11 @@ class Cell:
                 errors,
                 dead_letter_reason=reason,
                 now=self.runtime.clock(),
+                notice=notice,
             )
         )
+        if notice is not None and notice.msg_id not in result.duplicates:
+            self.runtime.route(notice)
         if self.buffer and self.buffer[0] is m:
             self.buffer.popleft()
         self.runtime.unfinished.pop(m.msg_id, None)
@@ -970,6 +1047,25 @@ class Cell:
             errors=errors,
         )
         self.runtime.reply_failed(m.msg_id, self._actor_id, [*errors, reason])
+
+    def _dead_letter_notice(
+        self, m: StoredMessage, errors: list[str], reason: str
+    ) -> NewMessage | None:
+        """The ``DeadLettered`` to store with ``m``'s move to the dead letters, if the actor
+        accepts one (never for a notice itself: a failing notice does not beget another)."""
+        if DeadLettered not in self.spec.message_types or m.type == DeadLettered.__name__:
+            return None
+        notice = DeadLettered(
+            msg_id=m.msg_id, msg_type=m.type, payload=m.payload, reason=reason, errors=errors
+        )
+        prepare = self.runtime.prepare_message
+        key = f"dead-letter:{m.msg_id}"  # one notice per dead letter, whoever moves it
+        try:
+            return prepare(self._actor_id, self.spec, notice, key)
+        except MessageRejected:  # over max_message_bytes with the payload: told without it
+            return prepare(
+                self._actor_id, self.spec, msgspec.structs.replace(notice, payload=b""), key
+            )
 
     async def _commit(self, write: Any) -> Any:
         deferred = self._submit_deferred() if self.deferred else ()  # usually none: no call

@@ -16,10 +16,10 @@ sent while the loop sits idle. Settled in slices, the committer takes what the f
 tasks sent to the writer a turn later, and the loop works through the other slices while that
 commit runs: SQLite's own work (which releases the GIL) and the fsync overlap the loop's.
 
-A store whose writes never wait (``MemoryStore``: it has an ``apply_sync``) needs no batching:
-each write is applied in ``submit`` itself, in submission order, and its future is already
-settled when ``submit`` returns; ``apply_now`` does the same and returns the outcome itself,
-without a future. To keep a tight loop of sends from starving the other tasks, every
+A store whose writes never wait (``MemoryStore``) declares it: its ``immediate`` write path
+(``tether.store.protocol.ImmediateWrites``). It needs no batching: each write is applied in
+``submit`` itself, in submission order, and its future is already settled when ``submit``
+returns; ``apply_now`` does the same and returns the outcome itself, without a future. To keep a tight loop of sends from starving the other tasks, every
 ``_YIELD_EVERY``-th such outcome is handed over on the next turn of the event loop instead.
 """
 
@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from tether.errors import JournalWriteError, StaleLeaseError
 from tether.runtime import telemetry
-from tether.runtime.store import (
+from tether.store.protocol import ImmediateWrites, Store
+from tether.store.records import (
     AttemptFailed,
     Batch,
     BatchResult,
@@ -47,23 +48,8 @@ from tether.runtime.store import (
     Spawn,
     StepCommit,
     StopActor,
-    Store,
     Watch,
-)
-
-Write = (
-    Spawn
-    | LeaseAcquire
-    | LeaseRelease
-    | NewMessage
-    | StepCommit
-    | Claim
-    | AttemptFailed
-    | StopActor
-    | Revive
-    | Watch
-    | EffectWrite
-    | Park
+    Write,
 )
 
 # A committed batch waiting to be settled: its writes, the offset of the first one not settled
@@ -102,13 +88,6 @@ class GroupCommitter:
         on_stored: Callable[[NewMessage, BatchResult | None], None] | None = None,
     ) -> None:
         self._store = store
-        # Looked up once: apply_now asks for them on every write. ``_store_attrs`` is the
-        # instance's own attributes, live (see ``_sync_applier``).
-        self._apply_sync: Callable[[Batch], BatchResult] | None = getattr(store, "apply_sync", None)
-        self._apply_one: Callable[[Write], BatchResult | None] | None = getattr(
-            store, "apply_one", None
-        )
-        self._store_attrs: Collection[str] = getattr(store, "__dict__", ())
         # Told of every NewMessage's outcome (None: not stored), whether or not its sender
         # still waits: a message that was stored must reach its cell even if the sender was
         # cancelled or its ask timed out meanwhile.
@@ -127,29 +106,15 @@ class GroupCommitter:
         self.commits = 0
         self.writes = 0
 
-    def _sync_applier(self) -> Callable[[Batch], BatchResult] | None:
-        """The store's synchronous ``apply_sync``, unless one of its appliers was replaced on
-        the instance (a test wrapping it to inject failures): then every write goes through
-        ``apply``, which reaches the replacement (the cached methods would not)."""
-        if self._apply_sync is None or self._replaced():
-            return None
-        return self._apply_sync
-
-    def _replaced(self) -> bool:
-        attrs = self._store_attrs  # the instance's own attributes, live
-        return "apply" in attrs or "apply_sync" in attrs or "apply_one" in attrs
-
-    def _apply_alone(self, sync: Callable[[Batch], BatchResult], write: Write) -> BatchResult:
-        """``sync`` of a batch of ``write`` alone. A store with an ``apply_one`` takes the usual
-        writes without the batch (a ``Batch`` is a dozen lists); None from it: build the batch.
-        (A store's ``apply_one`` must store exactly what its ``apply_sync`` would.)"""
-        if self._apply_one is not None:
-            result = self._apply_one(write)
-            if result is not None:
-                return result
+    def _apply_alone(self, sync: ImmediateWrites, write: Write) -> BatchResult:
+        """``write`` applied alone on the store's immediate path: ``apply_one`` takes the usual
+        writes without a batch (a ``Batch`` is a dozen lists); None from it: build the batch."""
+        result = sync.apply_one(write)
+        if result is not None:
+            return result
         batch = Batch()
         getattr(batch, _FIELD[type(write)]).append(write)
-        return sync(batch)
+        return sync.apply_sync(batch)
 
     def apply_now(self, write: Write) -> BatchResult | None:
         """``await submit(write)`` without the future, when a store that never waits can take
@@ -161,8 +126,8 @@ class GroupCommitter:
             return None
         if not (self._sync_count + 1) % _YIELD_EVERY:
             return None  # submit() applies it too, and settles it on the next turn of the loop
-        sync = self._apply_sync
-        if sync is None or self._replaced():  # _sync_applier, inline: every write
+        sync = self._store.immediate  # read every time: a store may withdraw it
+        if sync is None:
             return None
         self._sync_count += 1
         try:
@@ -190,7 +155,7 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[BatchResult] = loop.create_future()
         if not self._queue and not self._busy and not self._unsettled:
-            sync = self._sync_applier()
+            sync = self._store.immediate
             if sync is not None:
                 self._apply_now(sync, write, fut, loop)
                 return fut
@@ -200,7 +165,7 @@ class GroupCommitter:
 
     def _apply_now(
         self,
-        sync: Callable[[Batch], BatchResult],
+        sync: ImmediateWrites,
         write: Write,
         fut: asyncio.Future[BatchResult],
         loop: asyncio.AbstractEventLoop,
@@ -379,12 +344,12 @@ def _resolve(
     result: BatchResult | None,
     error: BaseException | None,
 ) -> None:
-    if error is not None:
+    if error is not None or result is None:  # (a batch settles with one or the other)
+        failed = error if error is not None else JournalWriteError("the commit had no outcome")
         for _, fut in taken:
             if not fut.done():
-                fut.set_exception(_journal_error(error))  # one exception object per waiter
+                fut.set_exception(_journal_error(failed))  # one exception object per waiter
         return
-    assert result is not None
     # Usually no write of the batch was stale: then none needs the (costly) fenced check.
     stale = result.stale
     for write, fut in taken:

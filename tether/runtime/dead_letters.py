@@ -1,13 +1,26 @@
-"""``rt.dead_letters``: list, retry and discard messages that could not be processed (I7)."""
+"""``rt.dead_letters``: list, retry and discard messages that could not be processed (I7).
+
+Every retry and discard, allowed or refused, is audited (``tether.runtime.audit``): an
+allowed one in the transaction that moves or deletes the dead letter.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tether.errors import ActorStopped, ConfigError, CorruptRecordError, DeadLetterNotFound
+import msgspec
+
+from tether.errors import (
+    ActorStopped,
+    ConfigError,
+    CorruptRecordError,
+    DeadLetterNotFound,
+    NotPermitted,
+)
 from tether.runtime import telemetry
-from tether.runtime.store import DeadLetter
+from tether.runtime.audit import Identity, check_identity, entry, refused
+from tether.store.records import DeadLetter
 
 if TYPE_CHECKING:
     from tether.runtime.runtime import Runtime
@@ -43,21 +56,61 @@ class DeadLetters:
         check_filter(actor_id)
         return await self._rt.store.dead_letters(actor_id, on_corrupt=on_corrupt or _report_corrupt)
 
-    async def retry(self, msg_id: str) -> None:
-        """Put the message back at the end of its actor's mailbox with a fresh attempt count."""
-        letter = await self._rt.store.dead_letter(msg_id)
-        if letter is None:
-            raise DeadLetterNotFound(msg_id)
-        rec = await self._rt.store.get_actor(letter.actor_id)
-        if rec is not None and rec.status == "stopped":
-            raise ActorStopped(letter.actor_id, rec.stop_reason)
-        if await self._rt.store.retry_dead_letter(msg_id, self._rt.clock()) is None:
-            raise DeadLetterNotFound(msg_id)
+    async def retry(self, msg_id: str, *, identity: Identity | None = None) -> None:
+        """Put the message back at the end of its actor's mailbox with a fresh attempt count.
+
+        ``identity``: who does it, as authenticated (default: the application's own code)."""
+        who = _who(identity)
+        row = entry(who, "dead_letter.retry", str(msg_id), self._rt.clock())
+        try:
+            letter = await self._rt.store.dead_letter(msg_id)
+            if letter is None:
+                raise DeadLetterNotFound(msg_id)
+            row = msgspec.structs.replace(row, actor_id=letter.actor_id)
+            if who.forbidden is not None:
+                raise NotPermitted(who.name, who.forbidden)
+            rec = await self._rt.store.get_actor(letter.actor_id)
+            if rec is not None and rec.status == "stopped":
+                raise ActorStopped(letter.actor_id, rec.stop_reason)
+            if rec is not None and letter.created_at < rec.created_at:
+                # Dead-lettered before the actor now under this id was created: it was meant
+                # for a predecessor (its id was given to a new actor by add_child), whose
+                # ledger is gone.
+                raise ActorStopped(
+                    letter.actor_id,
+                    "the actor it was sent to was replaced by a new actor under the same id; "
+                    "the dead letter stays as a record, and its payload can be sent to the new one",
+                )
+            audit = msgspec.structs.replace(row, detail=f"back in the mailbox of {letter.actor_id}")
+            if (
+                await self._rt.store.retry_dead_letter(msg_id, self._rt.clock(), audit=audit)
+                is None
+            ):
+                raise DeadLetterNotFound(msg_id)
+        except (DeadLetterNotFound, ActorStopped, NotPermitted) as exc:
+            await refused(self._rt, row, exc)
+            raise
         telemetry.log.info("dead_letter_retried", msg_id=msg_id, actor_id=letter.actor_id)
         self._rt.wake_actor(letter.actor_id)
 
-    async def discard(self, msg_id: str) -> None:
+    async def discard(self, msg_id: str, *, identity: Identity | None = None) -> None:
         """Delete a dead letter for good."""
-        if not await self._rt.store.discard_dead_letter(msg_id):
-            raise DeadLetterNotFound(msg_id)
+        who = _who(identity)
+        row = entry(who, "dead_letter.discard", str(msg_id), self._rt.clock())
+        try:
+            letter = await self._rt.store.dead_letter(msg_id)
+            if letter is None:
+                raise DeadLetterNotFound(msg_id)
+            row = msgspec.structs.replace(row, actor_id=letter.actor_id, detail="discarded")
+            if who.forbidden is not None:
+                raise NotPermitted(who.name, who.forbidden)
+            if not await self._rt.store.discard_dead_letter(msg_id, audit=row):
+                raise DeadLetterNotFound(msg_id)
+        except (DeadLetterNotFound, NotPermitted) as exc:
+            await refused(self._rt, row, exc)
+            raise
         telemetry.log.info("dead_letter_discarded", msg_id=msg_id)
+
+
+def _who(identity: Identity | None) -> Identity:
+    return Identity(name="app") if identity is None else check_identity(identity)

@@ -32,25 +32,28 @@ import msgspec
 
 from tether.actors.guards.actors import ApprovalRequested, ApprovalSettled
 from tether.actors.guards.breaker import CallToken, Refused
-from tether.actors.messages import UNENCODABLE
+from tether.actors.messages import UNENCODABLE, nesting_problem
 from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
 from tether.errors import (
     ApprovalRejected,
     ConfigError,
     DeterminismViolation,
     EffectAborted,
+    EffectInterrupted,
     LoopDetected,
     StepSuspended,
     ToolFailed,
     ToolUnavailable,
+    TransientToolError,
 )
-from tether.runtime import approvals, telemetry
-from tether.runtime.store import ApprovalRecord, EffectRecord, EffectWrite
+from tether.runtime import approvals, notices, telemetry
+from tether.runtime.interrupts import CallInterrupted, Interruptible
+from tether.store.records import ApprovalRecord, EffectRecord, EffectWrite, NewMessage
 
 if TYPE_CHECKING:
     from tether.runtime.cell import Cell, Staged, Step
     from tether.runtime.guards import BreakerGuard, LoopWatch
-    from tether.runtime.store import StoredMessage
+    from tether.store.records import StoredMessage
 
 
 def result_hash(blob: bytes) -> str:
@@ -78,10 +81,11 @@ async def perform(cell: Cell, step: Step, tool: Tool, args: dict[str, Any]) -> A
         raise ConfigError(
             f"{cell.actor_id}: effect() is only allowed while handling a stored message"
         )
+    step.last_key = None
     call = tool.prepare(args)
     idx = step.next_effect
     step.next_effect += 1
-    key = effect_key(cell.actor_id, m.msg_id, idx, tool.name, call.input_hash)
+    key = step.last_key = effect_key(cell.actor_id, m.msg_id, idx, tool.name, call.input_hash)
     run = _Effect(cell, step, m, tool, idx, key, call.kwargs, call.args_blob, call.input_hash)
     try:
         if not telemetry.tracing_enabled():
@@ -173,13 +177,15 @@ class _Effect:
             return await self._violation(recorded)
         if recorded is None or recorded.status in ("pending", "retry"):
             # About to call: loop detector -> breaker -> gate -> ledger (DESIGN §6). The loop
-            # detector sees each call once (a replay of its slot is not a new call); the
-            # breaker admits each attempt; the gate decides whether the call waits for a
-            # person, and with which arguments it runs (as approved, perhaps modified).
-            if recorded is None:
+            # detector sees each call once (a replay of its slot is not a new call, and a
+            # call a person was asked about was seen before it was held); the breaker admits
+            # each attempt; the gate decides whether the call waits for a person, and with
+            # which arguments it runs (as approved, perhaps modified).
+            asked = await self._approval()
+            if recorded is None and asked is None:
                 await self._watch_loops()
             self.breaker = await self.cell.runtime.guards.breaker(self.tool)
-            await self._gate()
+            await self._gate(asked)
         if recorded is None:
             return await self._call(self._record("pending", attempts=1), first=True)
         match recorded.status:
@@ -201,22 +207,28 @@ class _Effect:
             case _:  # "pending": the intent is recorded, the outcome is not
                 why = f"attempt {recorded.attempts} did not report back (the process stopped)"
                 return await self._ambiguous(recorded, why)
-        raise AssertionError("unreachable")  # pragma: no cover - _suspend raises
 
     # -- the escalation gate (I9) -------------------------------------------------------------
 
-    async def _gate(self) -> None:
+    async def _gate(self, record: ApprovalRecord | None) -> None:
         """Hold the call for a person when it needs approval; on approval, run exactly the
-        approved call (``self.kwargs`` / ``self.args_blob``); on rejection, raise."""
+        approved call (``self.kwargs`` / ``self.args_blob``); on rejection, raise.
+
+        Invariant: a request recorded for this call's place (``record``: same message, same
+        effect index) decides the call whatever escalates it now. The reason is looked for
+        only when there is no request: a replay may not find it again (the loop detector
+        takes a replayed slot for no new call, a run of failures is counted in memory and
+        lost with the process, ``escalation_reason`` may answer otherwise), and a rejection
+        that held only while its reason was found again let the rejected call run on the
+        step's redelivery, unheard by the agent."""
         cell, tool = self.cell, self.tool
-        reason = self._escalation()
-        if reason is None:
-            return
         rt = cell.runtime
         rid = approvals.request_id_for(cell.actor_id, self.m.msg_id, self.idx)
-        record = await self._approval(rid)
         now = rt.clock()
         if record is None:
+            reason = self._escalation()
+            if reason is None:
+                return
             instance = cell.instance
             context = instance.approval_context(tool.name, dict(self.kwargs)) if instance else {}
             policy = getattr(instance, "approval_policy", None) or rt.approval_policy
@@ -232,6 +244,7 @@ class _Effect:
                 policy=policy,
                 now=now,
             )
+            stored = await self._notices(record)
             await self._gate_event(
                 ApprovalRequested(
                     request_id=rid,
@@ -246,6 +259,7 @@ class _Effect:
                 f"call {tool.name} waits for approval {rid}: {reason}",
                 until=record.deadline,
                 approval=record,
+                notices=stored,
             )
             raise StepSuspended(self.step.suspended or reason)
         if record.fingerprint != approvals.fingerprint(tool.name, self.input_hash):
@@ -261,8 +275,8 @@ class _Effect:
                     f"call {tool.name} waits for approval {rid}", until=record.deadline
                 )
                 raise StepSuspended(self.step.suspended or rid)
-            expired = approvals.timed_out(record, now)
-            if await rt.store.update_approval(expired, record.version):
+            expired = await rt.approvals.record_timeout(record, now)
+            if expired is not None:
                 record = expired
                 self.log.warning("approval_timed_out", request_id=rid, outcome=record.status)
             else:  # decided meanwhile: take what is stored
@@ -284,6 +298,15 @@ class _Effect:
         self.log.info(
             "approval_applied", request_id=rid, modified=record.approved_args != record.args
         )
+
+    async def _notices(self, record: ApprovalRecord) -> list[NewMessage]:
+        """The ``approval.requested`` notices of a new request, stored with its park."""
+        if not record.notify:
+            return []
+        rt = self.cell.runtime
+        await notices.ensure_notifiers(rt, record.notify)
+        request = msgspec.to_builtins(approvals.view(record))
+        return notices.notices(rt, record, notices.REQUESTED, request, record.created_at)
 
     async def _gate_event(self, event: Any) -> None:
         """Journal ``event`` in the session's gate, with the session's next commit."""
@@ -328,10 +351,12 @@ class _Effect:
             return instance.escalation_reason(self.tool.name, dict(self.kwargs))
         return None
 
-    async def _approval(self, request_id: str) -> ApprovalRecord | None:
+    async def _approval(self) -> ApprovalRecord | None:
+        """The request made for this call's place on an earlier run of the step, if any."""
         if self.m.attempts <= 1 and self.m.parks == 0:
             return None  # a message that never waited has no request yet
-        rows = await self.cell.runtime.store.find_approvals(request_id=request_id)
+        rid = approvals.request_id_for(self.cell.actor_id, self.m.msg_id, self.idx)
+        rows = await self.cell.runtime.store.find_approvals(request_id=rid)
         return rows[0] if rows else None
 
     async def _recorded(self) -> EffectRecord | None:
@@ -377,8 +402,8 @@ class _Effect:
         guards = [g.submit() for g in self.pending]  # submitted first: the same batch
         self.pending = []
         await self.cell.commit_effect(EffectWrite(self.cell.fence, rec), *guards)
-        assert self.step.ledger is not None
-        self.step.ledger[self.idx] = rec
+        if self.step.ledger is not None:  # else not read yet: the store has it now
+            self.step.ledger[self.idx] = rec
 
     async def _flush(self) -> None:
         """Commit the guard events decided so far, when no effect write follows them."""
@@ -516,6 +541,9 @@ class _Effect:
             started = time.monotonic()
             try:
                 value = await self._invoke()
+            except CallInterrupted as exc:  # neither a success nor a failure for the breaker
+                self._outcome(token, asyncio.CancelledError(), started)
+                return await self._interrupted(rec, exc)
             except BaseException as exc:
                 self._outcome(token, exc, started)
                 if not isinstance(exc, Exception):
@@ -530,7 +558,7 @@ class _Effect:
                     outcome == "maybe_done" and tool.recovery == "retry"
                 )
                 if retryable and rec.attempts < tool.retry.max_attempts:
-                    await self.cell.runtime.time.sleep(tool.retry.delay(rec.attempts))
+                    await self.cell.runtime.time.sleep(_retry_delay(tool, rec.attempts, exc))
                     rec = msgspec.structs.replace(
                         rec,
                         attempts=rec.attempts + 1,
@@ -561,24 +589,26 @@ class _Effect:
         kwargs = dict(self.kwargs)
         if self.tool.takes_key:
             kwargs["idempotency_key"] = self.key
-        if self.tool.timeout is None:
+        with Interruptible(self.cell, self.tool.timeout) as call:
             return await self.tool.fn(**kwargs)
-        with anyio.fail_after(self.tool.timeout):
-            return await self.tool.fn(**kwargs)
+        raise call.cut_short()  # reached only when its scope cancelled the call
 
     async def _receipt(self, rec: EffectRecord, value: Any, note: str | None = None) -> Any:
         now = self.cell.runtime.clock()
         history = rec.history if note is None else [*rec.history, note]
         try:
             blob = self.tool.encode_result(value)
+            problem = self._unstorable(value, blob)
             # What the step sees is what a replay will see: the recorded form of the result.
-            result = self.tool.decode_result(blob)
+            result = self.tool.decode_result(blob) if problem is None else None
         except (*UNENCODABLE, msgspec.DecodeError) as exc:
+            problem = f"cannot be recorded as {_type_name(self.tool.result_type)}: "
+            problem += nesting_problem(value) or str(exc)
+        if problem is not None:
             # The call happened (or the reconcile hook says so), but what it returned cannot
-            # be recorded.
+            # be recorded: nothing of it is, rather than a part.
             self._observe_result(None)
-            shown = f"result {_shown(value)} cannot be recorded as "
-            shown += f"{_type_name(self.tool.result_type)}: {exc}"
+            shown = f"result {_shown(value)} {problem}"
             if self.tool.recovery != "retry":
                 # A call with an unknown side effect: failing the step would tell the handler
                 # "not done" about a call that was made, and a handler that then tries another
@@ -608,11 +638,24 @@ class _Effect:
             # one commit round trip fewer per effect, at no risk of a second effect.
             self.defer_pending()
             self.cell.defer(EffectWrite(self.cell.fence, done))
-            assert self.step.ledger is not None
-            self.step.ledger[self.idx] = done
+            if self.step.ledger is not None:  # else not read yet; _recorded reads it first
+                self.step.ledger[self.idx] = done
         else:
             await self._write(done)
         return result
+
+    def _unstorable(self, value: Any, blob: bytes) -> str | None:
+        """Why a result that encodes as ``blob`` is not recorded, or None. Bounded like a
+        message (``max_message_bytes``): a tool's result, and a model's decision, is stored in
+        the ledger and, by a session, in its journal and in every later model request."""
+        limit = self.cell.runtime.max_message_bytes
+        if len(blob) > limit:
+            return (
+                f"cannot be recorded: it is {len(blob)} bytes, over the runtime's "
+                f"max_message_bytes ({limit})"
+            )
+        too_deep = nesting_problem(value, blob)
+        return None if too_deep is None else f"cannot be recorded: {too_deep}"
 
     async def _ambiguous(self, rec: EffectRecord, why: str) -> Any:
         """An intent without a receipt: the call may or may not have happened (I4)."""
@@ -621,21 +664,9 @@ class _Effect:
         if tool.recovery == "retry":
             return await self._call(self._next_attempt(rec, f"ambiguous ({why}): retried"))
         if tool.recovery == "reconcile":
-            hook = tool.reconcile_hook
-            if hook is None:
+            if tool.reconcile_hook is None:
                 self._suspend(f"{why}; tool has recovery='reconcile' but no reconcile hook", rec)
-            kwargs = dict(self.kwargs)
-            kwargs["idempotency_key"] = self.key
-            verdict: Any = None
-            try:
-                # Bounded like the call itself: a hook that hangs held the step (and the actor)
-                # for ever, its effect neither resolved nor quarantined.
-                with anyio.move_on_after(tool.timeout) as scope:
-                    verdict = await hook(**kwargs)
-                if scope.cancelled_caught:
-                    verdict = Unknown(f"the reconcile hook did not answer within {tool.timeout} s")
-            except Exception as exc:  # noqa: BLE001 - a hook that cannot tell: a person decides
-                verdict = Unknown(f"the reconcile hook raised {describe(exc)}")
+            verdict = await self.reconcile()
             match verdict:
                 case Done(result=value):
                     self.log.info("effect_reconciled", verdict="done")
@@ -648,6 +679,72 @@ class _Effect:
                 case _:
                     self._suspend(f"{why}; the reconcile hook returned {verdict!r}", rec)
         self._suspend(why, rec)
+
+    async def _interrupted(self, rec: EffectRecord, exc: CallInterrupted) -> Any:
+        """An interrupted call (``tether.runtime.interrupts``), resolved by the tool's recovery
+        policy without calling again: the handler gets ``EffectInterrupted``, unless the
+        reconcile hook says the call happened (then its result, as usual)."""
+        tool, why, now = self.tool, exc.why, self.cell.runtime.clock()
+        self.log.warning("effect_interrupted", attempt=rec.attempts, why=why, made=exc.made)
+        if not exc.made:  # the intent is recorded, the call was not made: a sure "not done"
+            note = f"attempt {rec.attempts}: not made: {why} before the call"
+            error = f"not made: {why}"
+        else:
+            note = f"attempt {rec.attempts}: {why} during the call: it may have been carried out"
+            error = note.partition(": ")[2]
+            if tool.recovery == "reconcile":
+                verdict = await self.reconcile()
+                if isinstance(verdict, Done):
+                    return await self._receipt(rec, verdict.result, f"{note}; reconciled: done")
+                if isinstance(verdict, NotDone):
+                    note, error = f"{note}; reconciled: not done", f"{why}: reconciled: not done"
+                else:
+                    reason = getattr(verdict, "reason", repr(verdict))
+                    return await self._hold_interrupted(rec, f"{error}; reconcile: {reason}", note)
+            elif tool.recovery == "retry":  # its receiver honors the key: safe to call again
+                error += "; calling again with its key is safe"
+            else:
+                return await self._hold_interrupted(rec, error, note)
+        history = [*rec.history, note]
+        failed = msgspec.structs.replace(
+            rec, status="failed", error=error, history=history, updated_at=now
+        )
+        await self._write(failed)
+        raise EffectInterrupted(tool.name, self.key, why, made=exc.made)
+
+    async def _hold_interrupted(self, rec: EffectRecord, reason: str, note: str) -> NoReturn:
+        """Quarantine an interrupted call for a person (who records what happened), without
+        holding the step: it goes on, told that the call was interrupted."""
+        held = msgspec.structs.replace(
+            rec,
+            status="quarantined",
+            reason=reason,
+            history=[*rec.history, note],
+            updated_at=self.cell.runtime.clock(),
+        )
+        telemetry.effects_quarantined.add(1, {"tool": self.tool.name})
+        await self._write(held)
+        raise EffectInterrupted(self.tool.name, self.key, reason, made=True)
+
+    async def reconcile(self) -> Any:
+        """Ask the tool's reconcile hook whether the call happened: its verdict, or
+        ``Unknown`` (why) if it has none, raises, or does not answer in time."""
+        tool, hook = self.tool, self.tool.reconcile_hook
+        if hook is None:
+            return Unknown("the tool has no reconcile hook")
+        kwargs = dict(self.kwargs)
+        kwargs["idempotency_key"] = self.key
+        verdict: Any = None
+        try:
+            # Bounded like the call itself: a hook that hangs held the step (and the actor)
+            # for ever, its effect neither resolved nor quarantined.
+            with anyio.move_on_after(tool.timeout) as scope:
+                verdict = await hook(**kwargs)
+            if scope.cancelled_caught:
+                verdict = Unknown(f"the reconcile hook did not answer within {tool.timeout} s")
+        except Exception as exc:  # noqa: BLE001 - a hook that cannot tell: a person decides
+            verdict = Unknown(f"the reconcile hook raised {describe(exc)}")
+        return verdict
 
     async def _violation(self, recorded: EffectRecord) -> Any:
         detail = (
@@ -682,6 +779,18 @@ class _Effect:
             self.log.error("effect_quarantined", reason=reason, attempt=rec.attempts)
         self.step.suspend(f"effect {self.key} ({self.tool.name}) is quarantined: {reason}", rec)
         raise StepSuspended(self.step.suspended or reason)
+
+
+def _retry_delay(tool: Tool, attempt: int, exc: Exception) -> float:
+    """The wait before the attempt after ``attempt``: the policy's jittered backoff, or longer
+    when the receiver said when to come back (``TransientToolError.retry_after``, from an HTTP
+    ``Retry-After``), never past the policy's ``max_delay``. Asking again sooner than a rate
+    limiter said only earns another 429, and counts one more failure toward the breaker."""
+    delay = tool.retry.delay(attempt)
+    asked = exc.retry_after if isinstance(exc, TransientToolError) else None
+    if isinstance(asked, int | float) and asked > delay:  # False for NaN
+        delay = min(float(asked), tool.retry.max_delay)
+    return delay
 
 
 def describe(exc: BaseException) -> str:

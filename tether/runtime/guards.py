@@ -14,10 +14,12 @@ and skips loop detection for that session.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from tether.actors.actor import class_path
 from tether.actors.guards.actors import (
     GUARDS_SUPERVISOR,
     Breaker,
@@ -27,6 +29,7 @@ from tether.actors.guards.actors import (
     breaker_id,
     gate_id,
     loops_id,
+    wrong_guard,
 )
 from tether.actors.guards.breaker import Admission, BreakerCore, BreakerPolicy, CallToken
 from tether.actors.guards.loops import (
@@ -35,14 +38,28 @@ from tether.actors.guards.loops import (
     LoopPolicy,
     LoopResultObserved,
 )
+from tether.actors.guards.notifier import Notifier, notifier_id
 from tether.actors.tool import Tool, classify
-from tether.errors import ActorNotFound, ConfigError, CorruptRecordError
+from tether.errors import ActorNotFound, AlreadyStarted, ConfigError, CorruptRecordError
 from tether.runtime import telemetry
 from tether.supervisor.spec import ChildSpec
 
 if TYPE_CHECKING:
     from tether.runtime.cell import Cell, Staged
     from tether.runtime.runtime import Runtime
+
+G = TypeVar("G")
+
+
+def guard_instance(cell: Cell, cls: type[G]) -> G:
+    """The live instance of a guard's cell, checked to be a ``cls``. Another class there (an
+    actor a user spawned at the guard's id before such ids were reserved) fails the call that
+    needs the guard, by name: it is never made unguarded, and never fails on an assertion."""
+    instance = cell.instance
+    if not isinstance(instance, cls):
+        held_by = type(instance).__qualname__ if instance is not None else "cell not started"
+        raise wrong_guard(cell.actor_id, held_by, cls)
+    return instance
 
 
 class BreakerGuard:
@@ -60,9 +77,9 @@ class BreakerGuard:
     def _core(self) -> BreakerCore:
         if self._local is not None:
             return self._local
-        assert self.cell is not None
-        assert isinstance(self.cell.instance, Breaker)
-        return self.cell.instance.core()
+        if self.cell is None:  # __init__ makes one or the other
+            raise ConfigError(f"the breaker of tool {self.tool.name!r} has no state")
+        return guard_instance(self.cell, Breaker).core()
 
     def admit(self, now: float) -> tuple[Admission, list[Any]]:
         return self._core().admit(now)
@@ -110,18 +127,15 @@ class LoopWatch:
 
     def hold(self, detection: Detection) -> None:
         """A detection made on a result: the session is told before its next call."""
-        assert isinstance(self.cell.instance, LoopGuard)
-        self.cell.instance.held = detection
+        self._guard().held = detection
 
     def take_pending(self) -> Detection | None:
-        assert isinstance(self.cell.instance, LoopGuard)
-        held, self.cell.instance.held = self.cell.instance.held, None
+        guard = self._guard()
+        held, guard.held = guard.held, None
         return held
 
     def _guard(self) -> LoopGuard:
-        guard = self.cell.instance
-        assert isinstance(guard, LoopGuard)
-        return guard
+        return guard_instance(self.cell, LoopGuard)
 
     def call(
         self, tool: str, args_hash: str, now: float, slot: str
@@ -169,6 +183,11 @@ class Guards:
         self._unavailable: dict[str, tuple[float, str]] = {}
         self._guards: dict[str, BreakerGuard] = {}  # by tool name, while its cell lives
 
+    def of_session(self, actor_id: str) -> tuple[str, ...]:
+        """The ids of the guards that keep state about the session ``actor_id`` (its loop guard
+        and its gate): an actor that takes over a stopped session's id must not inherit them."""
+        return (loops_id(actor_id), gate_id(actor_id))
+
     async def breaker(self, tool: Tool) -> BreakerGuard | None:
         """The breaker of ``tool`` (None if the tool has ``breaker=None``)."""
         spec = tool.breaker
@@ -205,8 +224,7 @@ class Guards:
                 guard = self._fallback[tool.name] = BreakerGuard(tool, policy, taxonomy, None)
             self._guards[tool.name] = guard
             return guard
-        assert isinstance(cell.instance, Breaker)
-        cell.instance.policy = policy
+        guard_instance(cell, Breaker).policy = policy
         guard = self._guards[tool.name] = BreakerGuard(tool, policy, taxonomy, cell)
         return guard
 
@@ -227,10 +245,14 @@ class Guards:
         )
         if cell is None:
             return None
-        assert isinstance(cell.instance, LoopGuard)
-        cell.instance.policy = policy
+        guard_instance(cell, LoopGuard).policy = policy
         watch = actor.loop_watch = LoopWatch(cell)
         return watch
+
+    async def notifier(self, url: str) -> None:
+        """Make sure the notifier of webhook ``url`` exists (created, as a dynamic child of
+        ``tether.guards``, on first use; it may be active in another runtime)."""
+        await self._cell(notifier_id(url), Notifier, {"url": url})
 
     async def gate(self, actor: Cell) -> Cell | None:
         """The escalation gate of the actor behind ``actor`` (its journal of held calls)."""
@@ -247,6 +269,7 @@ class Guards:
         rt = self._rt
         cell = rt.cells.get(actor_id)
         if cell is not None and cell.ready.is_set() and cell.instance is not None:
+            guard_instance(cell, cls)  # an actor of another class at a guard's id: refused
             return cell
         unavailable = self._unavailable.get(actor_id)
         if unavailable is not None:
@@ -271,10 +294,15 @@ class Guards:
     ) -> Cell | None:
         rt = self._rt
         rec = await rt.store.get_actor(actor_id)
+        if rec is not None and rec.class_path != class_path(cls):
+            # Not started through the guard path: it is not a guard, whatever it does.
+            raise wrong_guard(actor_id, rec.class_path, cls)
         if rec is None:
             await self._ensure_supervisor()
             if dynamic:
-                await rt.add_child(GUARDS_SUPERVISOR, ChildSpec(cls, actor_id, **init))
+                # Another runtime may have created it first: then it is there to use.
+                with contextlib.suppress(AlreadyStarted):
+                    await rt.add_child(GUARDS_SUPERVISOR, ChildSpec(cls, actor_id, **init))
             else:
                 await rt.spawn_child(cls, actor_id, GUARDS_SUPERVISOR, init)
         with anyio.move_on_after(5.0):

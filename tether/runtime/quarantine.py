@@ -13,21 +13,24 @@ wakes the step up:
 * ``retry(key)``: call again, with the same idempotency key;
 * ``abort(key, reason)``: do not call it; the step gets ``tether.EffectAborted``.
 
-Every resolution is recorded in the effect's history with who made it.
+Every resolution is recorded in the effect's history with who made it, and every attempt,
+allowed or refused, in the audit log (``tether.runtime.audit``): an allowed one in the
+transaction of the resolution itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from tether.actors.messages import UNENCODABLE
-from tether.errors import ConfigError, CorruptRecordError, EffectNotFound
+from tether.actors.messages import UNENCODABLE, nesting_problem
+from tether.errors import ConfigError, CorruptRecordError, EffectNotFound, NotPermitted
 from tether.runtime import telemetry
+from tether.runtime.audit import Identity, check_identity, entry, refused
 from tether.runtime.dead_letters import check_filter
-from tether.runtime.store import EffectRecord
+from tether.store.records import EffectRecord
 
 if TYPE_CHECKING:
     from tether.runtime.runtime import Runtime
@@ -77,39 +80,83 @@ class Quarantine:
     async def get(self, key: str) -> QuarantinedEffect:
         return _view(await self._quarantined(key))
 
-    async def mark_done(self, key: str, result: Any = None, *, by: str = "unknown") -> None:
-        """The call did happen: record ``result`` as its receipt; the step goes on with it."""
-        rec = await self._quarantined(key)
-        if rec.reason and rec.reason.startswith("determinism violation"):
-            raise ConfigError(
-                f"effect {key} is a determinism violation: the replayed step asked for a "
-                "different call, so no result can stand for it; abort it"
-            )
-        try:
-            blob = msgspec.msgpack.encode(result)
-        # OverflowError: an int beyond 64 bits, which msgpack cannot hold
-        except UNENCODABLE as exc:
-            raise ConfigError(f"result for effect {key} cannot be recorded: {exc}") from exc
-        await self._resolve(
-            rec, status="done", result=blob, note=f"marked done by {by}", reason=rec.reason
-        )
+    async def mark_done(
+        self, key: str, result: Any = None, *, by: str = "unknown", identity: Identity | None = None
+    ) -> None:
+        """The call did happen: record ``result`` as its receipt; the step goes on with it.
 
-    async def retry(self, key: str, *, by: str = "unknown") -> None:
+        ``identity``: who resolves, as authenticated (default: ``by``, vouched for by the
+        calling code). Each of these methods audits the attempt, allowed or refused."""
+        who = _who(by, identity)
+
+        def done(rec: EffectRecord) -> Resolution:
+            _no_violation(rec, "no result can stand for it")
+            blob = _result_blob(key, result)
+            return Resolution("done", f"marked done by {who.name}", rec.reason, blob)
+
+        await self._attempt("effect.done", key, who, done)
+
+    async def retry(
+        self, key: str, *, by: str = "unknown", identity: Identity | None = None
+    ) -> None:
         """Call the tool again, with the same idempotency key."""
-        rec = await self._quarantined(key)
-        if rec.reason and rec.reason.startswith("determinism violation"):
-            raise ConfigError(
-                f"effect {key} is a determinism violation: the recorded call is not the one the "
-                "step now asks for, so it cannot be retried; abort it"
-            )
-        await self._resolve(rec, status="retry", note=f"retry ordered by {by}", reason=rec.reason)
+        who = _who(by, identity)
 
-    async def abort(self, key: str, reason: str, *, by: str = "unknown") -> None:
+        def again(rec: EffectRecord) -> Resolution:
+            _no_violation(rec, "it cannot be retried")
+            return Resolution("retry", f"retry ordered by {who.name}", rec.reason)
+
+        await self._attempt("effect.retry", key, who, again)
+
+    async def abort(
+        self, key: str, reason: str, *, by: str = "unknown", identity: Identity | None = None
+    ) -> None:
         """Do not make the call; the waiting step gets ``EffectAborted`` with ``reason``."""
-        if not reason:
-            raise ConfigError("abort needs a reason: the step (and its agent) is told it")
-        rec = await self._quarantined(key)
-        await self._resolve(rec, status="aborted", note=f"aborted by {by}: {reason}", reason=reason)
+        who = _who(by, identity)
+
+        def aborted(rec: EffectRecord) -> Resolution:
+            return Resolution("aborted", f"aborted by {who.name}: {reason}", reason)
+
+        if not (isinstance(reason, str) and reason.strip()):
+            error = ConfigError("abort needs a reason: the step (and its agent) is told it")
+            await refused(self._rt, entry(who, "effect.abort", str(key), self._rt.clock()), error)
+            raise error
+        await self._attempt("effect.abort", key, who, aborted)
+
+    async def _attempt(
+        self,
+        action: str,
+        key: str,
+        who: Identity,
+        resolution: Callable[[EffectRecord], Resolution],
+    ) -> None:
+        """Resolve the quarantined effect ``key`` as ``resolution`` says, or audit why not."""
+        row = entry(who, action, str(key), self._rt.clock())
+        try:
+            rec = await self._quarantined(key)
+            row = msgspec.structs.replace(row, actor_id=rec.actor_id)
+            if who.forbidden is not None:
+                raise NotPermitted(who.name, who.forbidden)
+            how = resolution(rec)
+        except (EffectNotFound, ConfigError, NotPermitted) as exc:
+            await refused(self._rt, row, exc)
+            raise
+        now = self._rt.clock()
+        new = msgspec.structs.replace(
+            rec,
+            status=how.status,
+            result=how.result,
+            reason=how.reason,
+            history=[*rec.history, how.note],
+            updated_at=now,
+        )
+        audit = msgspec.structs.replace(row, detail=how.note)
+        if await self._rt.store.resolve_effect(rec.key, new, now, audit=audit) is None:
+            lost = EffectNotFound(rec.key, "it was resolved by someone else meanwhile")
+            await refused(self._rt, row, lost)
+            raise lost
+        if rec.actor_id in self._rt.cells:  # elsewhere, the owner's scan finds it
+            self._rt.wake_actor(rec.actor_id)
 
     async def _quarantined(self, key: str) -> EffectRecord:
         # Among the quarantined rows first: an indexed lookup. Only a key that is not there
@@ -122,28 +169,48 @@ class Quarantine:
             raise EffectNotFound(key)
         raise EffectNotFound(key, f"it is {rows[0].status}, not quarantined")
 
-    async def _resolve(
-        self,
-        rec: EffectRecord,
-        *,
-        status: str,
-        note: str,
-        reason: str | None,
-        result: bytes | None = None,
-    ) -> None:
-        now = self._rt.clock()
-        new = msgspec.structs.replace(
-            rec,
-            status=status,
-            result=result,
-            reason=reason,
-            history=[*rec.history, note],
-            updated_at=now,
+
+class Resolution(NamedTuple):
+    """How a quarantined effect is resolved: its new status, the history note, the reason
+    kept on it, and the result of one marked done."""
+
+    status: str
+    note: str
+    reason: str | None
+    result: bytes | None = None
+
+
+def _no_violation(rec: EffectRecord, so: str) -> None:
+    if rec.reason and rec.reason.startswith("determinism violation"):
+        raise ConfigError(
+            f"effect {rec.key} is a determinism violation: the replayed step asked for a "
+            f"different call, so {so}; abort it"
         )
-        if await self._rt.store.resolve_effect(rec.key, new, now) is None:
-            raise EffectNotFound(rec.key, "it was resolved by someone else meanwhile")
-        if rec.actor_id in self._rt.cells:  # elsewhere, the owner's scan finds it
-            self._rt.wake_actor(rec.actor_id)
+
+
+def _who(by: str, identity: Identity | None) -> Identity:
+    if identity is None:
+        if not (isinstance(by, str) and by.strip()):
+            raise ConfigError(f"a resolution must say who made it (by=...), not {by!r}")
+        return Identity(name=by)
+    who = check_identity(identity)
+    if by not in ("unknown", who.name):
+        raise ConfigError(f"by={by!r} is not the resolving identity's name ({who.name!r})")
+    return who
+
+
+def _result_blob(key: str, result: Any) -> bytes:
+    """``result`` as the receipt records it, or a ``ConfigError`` saying why it cannot be."""
+    try:
+        blob = msgspec.msgpack.encode(result)
+        too_deep = nesting_problem(result, blob)
+    # OverflowError: an int beyond 64 bits, which msgpack cannot hold
+    except UNENCODABLE as exc:
+        why = nesting_problem(result) or exc
+        raise ConfigError(f"result for effect {key} cannot be recorded: {why}") from exc
+    if too_deep is not None:
+        raise ConfigError(f"result for effect {key} cannot be recorded: {too_deep}")
+    return blob
 
 
 def _view(rec: EffectRecord) -> QuarantinedEffect:

@@ -9,6 +9,7 @@ active in at most one of them at a time, under a lease with a fencing token (I8)
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 import math
@@ -16,20 +17,29 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import anyio
 import msgspec
 
 from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, import_class
-from tether.actors.messages import UNENCODABLE, Message, Terminated
+from tether.actors.guards.actors import check_id_use
+from tether.actors.messages import (
+    UNENCODABLE,
+    FallibleReply,
+    Message,
+    Terminated,
+    nesting_problem,
+)
 from tether.actors.ref import ActorRef
 from tether.errors import (
+    ActorIdTaken,
     ActorNotFound,
     ActorStopped,
+    AlreadyStarted,
     AskTimeout,
+    ChildStartFailed,
     ConfigError,
     CorruptRecordError,
     MessageDeadLettered,
@@ -39,31 +49,36 @@ from tether.errors import (
     TetherError,
 )
 from tether.runtime import telemetry
-from tether.runtime.approvals import ApprovalPolicy, Approvals
+from tether.runtime.approval_desk import Approvals
+from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
-from tether.runtime.memory_store import MemoryStore
 from tether.runtime.quarantine import Quarantine
-from tether.runtime.sqlite_store import Durability, SqliteStore
-from tether.runtime.store import (
+from tether.runtime.supervision import Supervision
+from tether.runtime.tree import TreeNode
+from tether.store.hosts import process_start, runtime_gone, this_host
+from tether.store.open import open_store
+from tether.store.protocol import Store
+from tether.store.records import (
     ActorRecord,
     BatchResult,
     LeaseAcquire,
     LeaseRelease,
+    MessageCursor,
     NewMessage,
     Spawn,
     StepCommit,
     StopActor,
-    Store,
     StoredMessage,
     Watch,
 )
-from tether.runtime.supervision import Supervision
-from tether.runtime.tree import TreeNode
 from tether.supervisor.spec import ChildSpec
+
+if TYPE_CHECKING:
+    from tether.actors.session import SessionInfo
 
 A = TypeVar("A", bound=Actor[Any])
 
@@ -74,11 +89,15 @@ class Runtime:
     """Runs durable actors on a store.
 
     Args:
-        path: the SQLite file (created if missing), or ``":memory:"`` for a non-durable
-            in-process store for tests.
-        store: a ``Store`` to use instead of ``path``.
-        durability: ``"full"`` (default: an acknowledged message survives power loss) or
-            ``"normal"`` (survives a process crash; faster).
+        path: the store's URL, opened with ``tether.open_store``: an SQLite file (a path, or
+            ``sqlite:///relative.db`` / ``sqlite:////abs/path.db``; created if missing),
+            ``":memory:"`` for a non-durable in-process store for tests, or the URL of an
+            installed backend.
+        store: a ``Store`` to use instead of ``path`` (it judges leases on the clock it was
+            built with, not on ``clock``).
+        durability: an option of the SQLite store: ``"full"`` (its default: an acknowledged
+            message survives power loss) or ``"normal"`` (survives a process crash; faster).
+            A store that takes no such option refuses it (``ConfigError``).
         max_attempts: deliveries of one message before it goes to dead letters (I7).
         snapshot_every: store a snapshot of an actor's state every this many events (I3).
         lease_ttl: seconds an actor's lease lasts without renewal; a runtime that dies holding
@@ -94,8 +113,9 @@ class Runtime:
         serve: False opens the store for administration only (the CLI, a web hook that
             decides approvals): no actor ever runs in this process; messages sent from it are
             stored for the runtimes that serve the store.
-        clock: the time source for leases, delays, restart windows and backoff
-            (``tether.testing.FakeClock`` in tests).
+        clock: the time source for delays, restart windows and backoff
+            (``tether.testing.FakeClock`` in tests); also the lease clock of a store opened
+            from ``path`` that has no clock of its own (SQLite, memory).
     """
 
     def __init__(
@@ -103,7 +123,7 @@ class Runtime:
         path: str | os.PathLike[str] = "tether.db",
         *,
         store: Store | None = None,
-        durability: Durability = "full",
+        durability: str | None = None,
         max_attempts: int = 5,
         snapshot_every: int = 1000,
         lease_ttl: float = 10.0,
@@ -125,23 +145,21 @@ class Runtime:
         _positive("max_message_bytes", max_message_bytes, integer=True)
         if passivate_after is not None:
             _positive("passivate_after", passivate_after)
-        if durability not in ("full", "normal"):
-            raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
-        if store is not None and durability != "full":
+        if store is not None and durability is not None:
             # Never silently ignored: the store was opened with a durability of its own.
             raise ConfigError(
                 "durability= applies to the store the Runtime opens; with store=, give it to "
                 "the store (tether.SqliteStore(path, durability=...))"
             )
+        self.time: Clock = clock if clock is not None else SystemClock()
+        self.clock = self.time.now
+        # The URL the store was opened from (None: a store object was given).
+        self.path: str | None = None
         if store is None:
-            path_str = os.fspath(path)
-            store = (
-                MemoryStore()
-                if path_str == ":memory:"
-                else SqliteStore(path_str, durability=durability)
-            )
+            options: dict[str, Any] = {} if durability is None else {"durability": durability}
+            store = open_store(path, clock=self.clock, **options)
+            self.path = os.fspath(path)
         self.store: Store = store
-        self.path = None if isinstance(store, MemoryStore) else os.fspath(path)
         self.max_attempts = max_attempts
         self.snapshot_every = snapshot_every
         self.lease_ttl = lease_ttl
@@ -150,10 +168,8 @@ class Runtime:
         self.retention = retention
         self.receipt_retention = receipt_retention
         self.max_message_bytes = max_message_bytes
-        self.time: Clock = clock if clock is not None else SystemClock()
-        self.clock = self.time.now
-        self.host = socket.gethostname()
-        self.runtime_id = f"{self.host}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.host = this_host()  # the same-host shortcut's identity (tether.store.hosts)
+        self.runtime_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self.committer = GroupCommitter(store, on_stored=self._message_stored)
         self.cells: dict[str, Cell] = {}
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
@@ -182,9 +198,14 @@ class Runtime:
         self._timers: list[float] = []
         self._ask_deadlines = _Deadlines(AskTimeout)
         self._scheduler_wake = asyncio.Event()
-        self._scan_watermark = 0  # the scheduler's: mailbox seq seen so far
+        self._scan_cursor: MessageCursor | None = None  # the scheduler's: where its scan stopped
         self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
         self._tg: anyio.abc.TaskGroup | None = None
+        # Tasks asked for where none can be started (a loop callback): started by _starter.
+        self._pending_starts: collections.deque[
+            tuple[Callable[..., Coroutine[Any, Any, Any]], tuple[Any, ...]]
+        ] = collections.deque()
+        self._starts_wake = asyncio.Event()
         self._open = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -195,7 +216,7 @@ class Runtime:
             now = self.clock()
             if self.serving:
                 await self.store.register_runtime(
-                    self.runtime_id, self.host, os.getpid(), _process_start(os.getpid()) or now
+                    self.runtime_id, self.host, os.getpid(), process_start(os.getpid()) or now
                 )
                 await self._reap_dead_runtimes()
             self._tg = anyio.create_task_group()
@@ -204,6 +225,7 @@ class Runtime:
             await self.store.close()
             raise
         self._open = True
+        self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
         if not self.serving:  # asks from an admin process are answered by the serving ones
             self._tg.start_soon(self._keep_running, "reply_poll", self._reply_poller)
@@ -214,7 +236,7 @@ class Runtime:
         telemetry.log.debug(
             "runtime_opened",
             runtime_id=self.runtime_id,
-            store=self.path or ":memory:",
+            store=self.path or type(self.store).__name__,
             serving=self.serving,
         )
         return self
@@ -280,8 +302,17 @@ class Runtime:
         self, actor_class: type[A], actor_id: str, parent_id: str | None, init: dict[str, Any]
     ) -> ActorRef:
         """``spawn`` with a parent (used by supervisors)."""
+        await self.spawn_cell(actor_class, actor_id, parent_id, init)
+        return ActorRef(self, actor_id)
+
+    async def spawn_cell(
+        self, actor_class: type[A], actor_id: str, parent_id: str | None, init: dict[str, Any]
+    ) -> Cell | None:
+        """``spawn_child``; the cell it started (or found) here, even if it has left since,
+        or None if the actor is active in another runtime."""
         self._check_open()
         _check_id(actor_id)
+        check_id_use(actor_id, actor_class, parent_id)
         spec = actor_spec(actor_class)
         init_bytes = self._encode_init(spec, actor_id, init)
         record = ActorRecord(
@@ -303,16 +334,24 @@ class Runtime:
             if stored is None:
                 raise StoreError(f"spawning {actor_id!r} stored no record")
         if stored.class_path != spec.class_path:
-            raise ConfigError(
-                f"actor id {actor_id!r} is taken by a {stored.class_path}, not a {spec.class_path}"
-            )
+            taken = f"it is taken by a {stored.class_path}, not a {spec.class_path}"
+            if parent_id is not None:  # a supervisor starting a child (see Supervision.start_child)
+                raise ActorIdTaken(actor_id, taken)
+            raise ConfigError(f"actor id {actor_id!r}: {taken}")
+        if parent_id is not None and stored.parent_id != parent_id:
+            # Two supervisors cannot share a child: the one that stored it first keeps it.
+            raise ActorIdTaken(actor_id, f"it is a child of {stored.parent_id!r}")
         if stored.status != "active":
             raise ActorStopped(actor_id, stored.stop_reason)
         self._known[actor_id] = (spec, stored.status)
         cell = await self._activate(actor_id, by_parent=parent_id is not None)
         if cell is not None:
+            if parent_id is None:
+                cell.start_awaited = True
             await cell.ready.wait()  # like OTP's start_link: on_start has run when spawn returns
-        return ActorRef(self, actor_id)
+            if parent_id is None and isinstance(cell.start_error, ChildStartFailed):
+                raise cell.start_error  # a supervisor whose declared child did not start
+        return cell
 
     def _encode_init(self, spec: ActorSpec, actor_id: str, init: dict[str, Any]) -> bytes:
         """Spawn arguments as stored; checked now against what recovery will decode."""
@@ -425,13 +464,16 @@ class Runtime:
         if status != "active":
             return
         self._stopping.add(actor_id)
+        self.supervision.cancel_restart(actor_id)
         try:
             cell = self.cells.get(actor_id)
             if cell is not None:
                 cell.stop_reason = reason
                 cell.wake.set()
                 await cell.exited.wait()
-            # A supervisor's children stop first, in reverse start order (OTP shutdown).
+            # A supervisor's children go down next, in reverse start order, each within its own
+            # shutdown budget (OTP shutdown), and are then stopped for good, likewise.
+            await self.supervision.shutdown_children(actor_id, cell, "stopped")
             children = await self.store.list_actors(
                 parent_id=actor_id, on_corrupt=self.report_corrupt_actor
             )
@@ -440,6 +482,7 @@ class Runtime:
                     await self.stop(child.actor_id, f"supervisor {actor_id} stopped: {reason}")
             await self.committer.submit(self.stop_record(actor_id, reason))
             self._known[actor_id] = (spec, "stopped")
+            self.stopped_for_good(actor_id, reason)
         finally:
             self._stopping.discard(actor_id)
         telemetry.supervision_event("actor_stopped", actor_id, reason=reason)
@@ -480,12 +523,23 @@ class Runtime:
             raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
         try:
             payload = self.encode(msg)
+            too_deep = nesting_problem(msg, payload)
         except UNENCODABLE as exc:
+            too_deep = nesting_problem(msg)
+            if too_deep is None:
+                raise MessageRejected(
+                    actor_id,
+                    f"{type(msg).__name__} that cannot be encoded ({exc})",
+                    spec.accepted_names,
+                ) from exc
+        if too_deep is not None:
+            # Refused by one limit, not where the stack of the moment runs out: a payload that
+            # encodes here could fail to decode at delivery, deeper in another stack.
             raise MessageRejected(
                 actor_id,
-                f"{type(msg).__name__} that cannot be encoded ({exc})",
+                f"{type(msg).__name__} that cannot be stored: {too_deep}",
                 spec.accepted_names,
-            ) from exc
+            )
         if len(payload) > self.max_message_bytes:
             raise MessageRejected(
                 actor_id,
@@ -514,6 +568,13 @@ class Runtime:
             decoded=decoded,
         )
 
+    def prepare_message(
+        self, actor_id: str, spec: ActorSpec, msg: Message, dedup_key: str | None
+    ) -> NewMessage:
+        """A message the runtime itself sends ``actor_id`` (whose spec is ``spec``), checked as
+        every send is; stored by the caller's own write, then handed to ``route``."""
+        return self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=False)
+
     def _claim_on_insert(self, new: NewMessage) -> None:
         """Count the first delivery attempt in the insert itself when the receiver is idle and
         active here, so it will run this message next: one commit fewer per message. If the
@@ -540,10 +601,11 @@ class Runtime:
             if new.attempts:
                 self.claimed.discard(new.msg_id)  # no row of ours carries that attempt
             return
-        self._route(new)
+        self.route(new)
 
-    def _route(self, new: NewMessage) -> None:
-        """After ``new`` committed: hand it to its cell here, or wake whoever must run it."""
+    def route(self, new: NewMessage) -> None:
+        """After ``new`` committed (on its own, or with the write of a step or of a dead
+        letter): hand it to its cell here, or wake whoever must run it."""
         if not _due_now(new, self.clock):
             heapq.heappush(self._timers, new.deliver_at)
             self._scheduler_wake.set()
@@ -580,6 +642,8 @@ class Runtime:
                 self._ask_actor.pop(msg_id, None)
 
     def _resolve(self, msg_id: str, value: Any = None, error: BaseException | None = None) -> None:
+        if error is None and isinstance(value, FallibleReply):
+            error = value.failure()  # a reply that stands for a failure is raised
         for fut in self._asks.pop(msg_id, ()):
             if not fut.done():
                 if error is not None:
@@ -601,11 +665,28 @@ class Runtime:
         if msg_id in self._asks:
             self._resolve(msg_id, error=MessageDeadLettered(actor_id, msg_id, errors))
 
-    async def _poll_replies(self) -> None:
-        """Fetch stored replies for asks answered by another process (or before a dedup hit)."""
+    def stopped_for_good(self, actor_id: str, reason: str) -> None:
+        """``actor_id``'s stop committed: the asks still waiting on it here are answered now,
+        not at their timeout nor at the next poll (see ``_answer_stopped``)."""
+        if actor_id in self._ask_actor.values():
+            self.start_soon(self._answer_stopped, actor_id, reason)
+
+    async def _answer_stopped(self, actor_id: str, reason: str) -> None:
+        """A message the stop moved to the dead letters answers with its stored error history
+        (``MessageDeadLettered``); one whose reply the actor deferred (``reply_later``: an agent
+        session's task) with ``ActorStopped``: no step of a stopped actor will answer it."""
+        waiting = [msg_id for msg_id, a in self._ask_actor.items() if a == actor_id]
+        await self._poll_replies(waiting)
+        for msg_id in waiting:
+            if msg_id in self._asks:
+                self._resolve(msg_id, error=ActorStopped(actor_id, reason))
+
+    async def _poll_replies(self, msg_ids: list[str] | None = None) -> None:
+        """Fetch stored replies for asks answered by another process (or before a dedup hit);
+        of ``msg_ids`` only, if given."""
         if not self._asks:
             return
-        for reply in await self.store.get_replies(list(self._asks)):
+        for reply in await self.store.get_replies(list(self._asks) if msg_ids is None else msg_ids):
             actor_id = self._ask_actor.get(reply.msg_id, "?")
             if reply.ok:
                 try:
@@ -665,12 +746,13 @@ class Runtime:
                 self._resolve(msg_id, value)
         for new in commit.outbox:
             if new.msg_id not in result.duplicates:
-                self._route(new)
+                self.route(new)
 
     def actor_stopped_itself(self, cell: Cell, reason: str) -> None:
         from tether.supervisor.supervisor import ChildExited
 
         self._known[cell.actor_id] = (cell.spec, "stopped")
+        self.stopped_for_good(cell.actor_id, reason)
         telemetry.log.info("actor_stopped", actor_id=cell.actor_id, reason=reason)
         parent = self.cells.get(cell.parent_id) if cell.parent_id is not None else None
         if parent is not None:
@@ -680,6 +762,14 @@ class Runtime:
         """The write that stops ``actor_id`` for good and notifies its watchers."""
         notice = self.encode(Terminated(actor_id=actor_id, reason=reason, status=status))
         return StopActor(actor_id, reason, self.clock(), notice, status)
+
+    def forget_actor(self, actor_id: str) -> None:
+        """Drop what this runtime remembers of ``actor_id`` (its id went to a new actor)."""
+        self._known.pop(actor_id, None)
+        self._not_before.pop(actor_id, None)
+        self._failures.pop(actor_id, None)
+        self.supervision.root_restarts.pop(actor_id, None)
+        self.supervision.root_last_failure.pop(actor_id, None)
 
     def forget_status(self, actor_id: str, status: str) -> None:
         known = self._known.get(actor_id)
@@ -696,10 +786,33 @@ class Runtime:
         self._scheduler_wake.set()
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
-        """Run ``fn(*args)`` in the runtime's task group (it ends with the runtime)."""
-        if self._tg is None:
+        """Run ``fn(*args)`` in the runtime's task group (it ends with the runtime), whether
+        called from a task or from a callback of the event loop.
+
+        The group committer settles writes, and so routes the messages it stored, from loop
+        callbacks too (the later slices of a large batch, every 32nd write of a store that
+        never waits). No task runs there, and anyio cannot start one: it finds the running
+        async library through the current task (with sniffio installed, as it is beside most
+        HTTP clients), and raises ``NoEventLoopError``. Such starts go to ``_starter``, a task,
+        which makes them on its next turn."""
+        tg = self._tg
+        if tg is None:
             raise RuntimeClosed("the Runtime is not open")
-        self._tg.start_soon(fn, *args)
+        if asyncio.current_task() is not None:
+            tg.start_soon(fn, *args)
+        else:
+            self._pending_starts.append((fn, args))
+            self._starts_wake.set()
+
+    async def _starter(self) -> None:
+        """Start the tasks asked for from loop callbacks (see ``start_soon``), in order."""
+        pending, wake = self._pending_starts, self._starts_wake
+        while True:
+            await wake.wait()
+            wake.clear()
+            while pending and self._tg is not None:
+                fn, args = pending.popleft()
+                self._tg.start_soon(fn, *args)
 
     def activation_failed(self, actor_id: str, exc: Exception) -> None:
         n = self._failures.get(actor_id, 0) + 1
@@ -709,7 +822,7 @@ class Runtime:
         # Try again once the backoff is over: the actor may hold queued mail that no new send
         # and no orphan scan will bring up (its lease is still ours, and renewed).
         if self._open and self.serving and self._tg is not None:
-            self._tg.start_soon(self._activate_later, actor_id, delay)
+            self.start_soon(self._activate_later, actor_id, delay)
 
     async def _activate_later(self, actor_id: str, delay: float) -> None:
         await self.time.sleep(delay)
@@ -759,7 +872,7 @@ class Runtime:
             and actor_id not in self._activating
             and actor_id not in self.cells
         ):
-            self._tg.start_soon(self._activate_quietly, actor_id)
+            self.start_soon(self._activate_quietly, actor_id)
 
     async def _activate_quietly(self, actor_id: str) -> None:
         try:
@@ -820,9 +933,9 @@ class Runtime:
             if rec.status != "active":
                 self._known[actor_id] = (spec, rec.status)
                 # Messages stored by another process after the stop: record them, drop nothing.
-                await self.committer.submit(
-                    self.stop_record(actor_id, rec.stop_reason or rec.status, status=rec.status)
-                )
+                why = rec.stop_reason or rec.status
+                await self.committer.submit(self.stop_record(actor_id, why, status=rec.status))
+                self.stopped_for_good(actor_id, why)
                 return None
             parent = self.cells.get(rec.parent_id) if rec.parent_id is not None else None
             if rec.parent_id is not None and (
@@ -843,7 +956,7 @@ class Runtime:
                 # guard): the supervisor is up now, so this one starts under it, at once.
                 return await self._activate(actor_id)
             result = await self.committer.submit(
-                LeaseAcquire(actor_id, self.runtime_id, now + self.lease_ttl, now)
+                LeaseAcquire(actor_id, self.runtime_id, self.lease_ttl)
             )
             fence = result.leases.get(actor_id)
             if fence is None:
@@ -857,8 +970,7 @@ class Runtime:
             self._known.setdefault(actor_id, (spec, "active"))
             cell = Cell(self, spec, actor_id, _decode_init(spec, rec.init), fence, rec.parent_id)
             self.cells[actor_id] = cell
-            assert self._tg is not None
-            self._tg.start_soon(cell.run)
+            self.start_soon(cell.run)
             telemetry.activations.add(1)
             return cell
         finally:
@@ -883,7 +995,6 @@ class Runtime:
         that came due, actors whose owner died, and replies to asks answered elsewhere."""
         # Kept across a restart of this loop after a store error, so that a delayed message
         # that came due while it was down is still found.
-        watermark = self._scan_watermark
         if self._last_due is None:
             self._last_due = self.clock()
         last_due = self._last_due
@@ -895,18 +1006,20 @@ class Runtime:
             # Our own sends are left out: each one was routed (to its cell, or to activation)
             # right after its commit, by _message_stored or step_committed. A message that came
             # back through the store (unparked, or a dead letter retried, from any process)
-            # was not, even if we sent it first: the store returns those.
-            rows = await self.store.new_messages(
-                watermark, now, 5000, skip_prefix=f"{self._id_prefix}-"
+            # was not, even if we sent it first: the store returns those. The cursor is the
+            # store's (Store.scan_messages): handed back as it came, never looked into.
+            page = await self.store.scan_messages(
+                self._scan_cursor, now, 5000, skip_prefix=f"{self._id_prefix}-"
             )
-            for seq, actor_id, msg_id, _restored in rows:
-                watermark = self._scan_watermark = max(watermark, seq)
-                cell = self.cells.get(actor_id)
+            for found in page.messages:
+                cell = self.cells.get(found.actor_id)
                 if cell is None:
-                    touched[actor_id] = None
-                elif msg_id not in cell.known:
+                    touched[found.actor_id] = None
+                elif found.msg_id not in cell.known:
                     cell.rescan_requested = True
                     cell.wake.set()
+                    if cell.interrupting and cell.current is not None:  # a CancelTask?
+                        self.start_soon(cell.look_for_interrupts)
             for actor_id in await self.store.due_between(last_due, now):
                 cell = self.cells.get(actor_id)
                 if cell is None:
@@ -914,7 +1027,6 @@ class Runtime:
                 else:
                     cell.rescan_requested = True
                     cell.wake.set()
-            last_due = self._last_due = now
             while self._timers and self._timers[0] <= now:
                 heapq.heappop(self._timers)
             if now >= next_orphan_scan:
@@ -925,8 +1037,12 @@ class Runtime:
                 next_orphan_scan = now + min(self.lease_ttl / 2, 5.0)
             for actor_id in touched:
                 self._activate_soon(actor_id)
+            # Moved on only now that every actor the scans found is on its way: after a store
+            # error above, this loop starts again from the same place and loses nothing.
+            self._scan_cursor = page.cursor
+            last_due = self._last_due = now
             await self._poll_replies()
-            if len(rows) == 5000:
+            if page.more:
                 continue
             wait = self.poll_interval
             if self._timers:
@@ -952,7 +1068,7 @@ class Runtime:
     async def _renew_leases(self) -> None:
         while True:
             await anyio.sleep(self.lease_ttl / 3)
-            await self.store.renew_leases(self.runtime_id, self.clock() + self.lease_ttl)
+            await self.store.renew_leases(self.runtime_id, self.lease_ttl)
 
     async def _purge(self) -> None:
         while True:
@@ -964,27 +1080,34 @@ class Runtime:
             await anyio.sleep(min(3600.0, self.retention / 4, self.receipt_retention / 4))
 
     async def _reap_dead_runtimes(self) -> None:
-        """Runtimes on this host whose process is gone give up their leases at once."""
+        """Runtimes of this very host (pid namespace, boot: ``tether.store.hosts``) whose
+        process is gone give up their leases at once. A runtime of any other host is never
+        judged here: its leases expire on the store's clock."""
         runtimes = await self.store.list_runtimes(
             on_corrupt=lambda key, exc: telemetry.report_corrupt(
                 "runtime_record_corrupt", key, exc, runtime_id=key
             )
         )
-        for runtime_id, host, pid, started in runtimes:
-            if runtime_id == self.runtime_id or host != self.host:
-                continue
-            if process_gone(pid, started):
-                telemetry.log.info("dead_runtime_reaped", runtime_id=runtime_id, pid=pid)
-                await self.store.remove_runtime(runtime_id)
+        for r in runtimes:
+            if r.runtime_id != self.runtime_id and runtime_gone(r.host, r.pid, r.started_at):
+                telemetry.log.info("dead_runtime_reaped", runtime_id=r.runtime_id, pid=r.pid)
+                await self.store.remove_runtime(r.runtime_id)
 
     # -- supervision and death watch ----------------------------------------------------------
 
     async def add_child(self, supervisor_id: str, spec: ChildSpec) -> ActorRef:
-        """Start a dynamic child under a running supervisor (like OTP's start_child)."""
+        """Start a dynamic child under a running supervisor (like OTP's start_child).
+
+        Raises ``AlreadyStarted`` if an actor with that id is running, ``ActorIdTaken`` if the
+        id cannot be given to a new child now (the reason says why and what would free it),
+        and ``ChildStartFailed`` if the child failed to start (it was not added). An id whose
+        actor has stopped (removed, or a temporary child that ended) goes to the new child,
+        which starts clean: see ``docs/supervision.md``, "Adding a child under a used id"."""
         from tether.supervisor.supervisor import AddChild
 
         cls_spec = actor_spec(spec.actor_class)
         _check_id(spec.child_id)
+        check_id_use(spec.child_id, spec.actor_class, supervisor_id)
         init = self._encode_init(cls_spec, spec.child_id, spec.init)
         msg = AddChild(
             child_id=spec.child_id,
@@ -993,7 +1116,15 @@ class Runtime:
             shutdown=spec.shutdown,
             init=init,
         )
-        await self.ask(supervisor_id, msg, timeout=60.0, dedup_key=None)
+        refused = await self.ask(supervisor_id, msg, timeout=60.0, dedup_key=None)
+        if refused is not None:
+            kind, detail = refused
+            child_id = spec.child_id
+            if kind == "AlreadyStarted":
+                raise AlreadyStarted(child_id, detail or None)
+            if kind == "ChildStartFailed":
+                raise ChildStartFailed(supervisor_id, child_id, detail)
+            raise ActorIdTaken(child_id, detail)
         return ActorRef(self, spec.child_id)
 
     async def remove_child(
@@ -1088,13 +1219,34 @@ class Runtime:
         if not callable(getattr(cls, "summary", None)) or cls.on_start is not Actor.on_start:
             return None
         try:
-            spec = actor_spec(cls)
-            instance = cls(**_decode_init(spec, rec.init))
-            state, _ = await fold(self, spec, rec.actor_id, instance)
-            instance._tether_cell = _Folded(state)
-            return str(instance.summary())
+            return str((await self._folded(rec, cls)).summary())
         except Exception as exc:  # noqa: BLE001 - a view of one actor; the tree goes on
             return f"state unreadable: {exc}"
+
+    async def _folded(self, rec: ActorRecord, cls: type[Any]) -> Any:
+        """An instance of ``rec``'s actor that reads the state its committed journal folds
+        to, to describe itself (it never handles a message)."""
+        spec = actor_spec(cls)
+        instance = cls(**_decode_init(spec, rec.init))
+        state, _ = await fold(self, spec, rec.actor_id, instance)
+        instance._tether_cell = _Folded(rec.actor_id, state)
+        return instance
+
+    async def session_info(self, session_id: str) -> SessionInfo:
+        """The status, task, belief and frontier of the agent session ``session_id``, from its
+        committed journal: read from the store, never through its mailbox, so it answers at
+        once while a step runs (``GetSessionInfo`` waits behind that step), and from an
+        administration process too. A step under way shows once it commits."""
+        self._check_open()
+        _check_id(session_id)
+        rec = await self.store.get_actor(session_id)
+        if rec is None:
+            raise ActorNotFound(session_id)
+        cls = import_class(rec.class_path)
+        if not getattr(cls, "is_session", False):
+            raise ConfigError(f"{session_id!r} is a {rec.class_path}, not an agent session")
+        info: SessionInfo = (await self._folded(rec, cls)).info()
+        return info
 
     def stats(self) -> dict[str, int]:
         """Counters for tests and benchmarks: active actors, commits and writes so far."""
@@ -1241,38 +1393,8 @@ def _init_hints(cls: type[Any]) -> dict[str, Any]:
 class _Folded:
     """What an actor instance built only to describe itself reads through its cell."""
 
-    __slots__ = ("state",)
+    __slots__ = ("actor_id", "state")
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, actor_id: str, state: Any) -> None:
+        self.actor_id = actor_id
         self.state = state
-
-
-def process_gone(pid: int, started: float) -> bool:
-    """Whether the process ``pid`` of this host, started at ``started``, has exited (a live
-    process under a reused pid started at another time)."""
-    start = _process_start(pid)
-    return start is None or bool(start and started and abs(start - started) > 1.0)
-
-
-def _process_start(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), or None if it does not exist.
-
-    Used to tell a dead runtime from a live one on this host, robust to pid reuse on Linux.
-    """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime")
-        )
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return 0.0  # alive, start time unknown (not Linux): only lease expiry can free its actors

@@ -8,22 +8,28 @@ An actor without a parent is supervised by the runtime itself: it is restarted i
 state re-folded from the journal, with no intensity limit (its messages still end in dead
 letters after ``max_attempts``). A supervisor without a parent that gives up has its whole
 subtree stopped for good, recorded as ``failed``; the runtime keeps serving everything else.
+
+A supervisor's instance never outlives its children's: shut down (for a restart, a failure or
+a stop), it takes its whole subtree down with it, in reverse start order; restarted by its own
+supervisor, it starts them again (OTP: a new supervisor process starts new children).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
 from tether.actors.actor import import_class
-from tether.errors import ActorStopped
+from tether.errors import ActorIdTaken, ActorStopped, AlreadyStarted
 from tether.runtime import telemetry
-from tether.runtime.store import Revive
+from tether.store.records import ActorRecord, Revive
 
 if TYPE_CHECKING:
     from tether.runtime.cell import Cell
@@ -65,6 +71,16 @@ class Supervision:
         self.root_restarts: dict[str, int] = {}
         self.root_last_failure: dict[str, str] = {}
         self._ids = itertools.count(1)
+        # child id -> the restart task that is to start it. A hold, a shutdown or a stop of the
+        # child takes it away, so a task that was overtaken (its supervisor restarted the group
+        # again, went down, or the child was stopped) never starts it behind their back.
+        self._starts: dict[str, int] = {}
+        # children being started by whoever judges their failure itself (their supervisor's own
+        # start, add_child): a failed start makes them leave at once, nothing restarts them
+        self._starting: set[str] = set()
+        # supervisors being started again by their own supervisor (not recovered): they start
+        # their children afresh (see Supervisor.on_start)
+        self._fresh: set[str] = set()
 
     def clock(self) -> float:
         return self.rt.clock()
@@ -73,15 +89,26 @@ class Supervision:
         return self.failures.get(failure_id)
 
     def hold(self, actor_id: str, status: str) -> None:
-        """Keep the actor from being activated until its supervisor starts it again."""
+        """Keep the actor from being activated until its supervisor starts it again (a restart
+        scheduled for it before is called off: whoever holds it now starts it)."""
         self.held[actor_id] = status
+        self._starts.pop(actor_id, None)
+
+    def cancel_restart(self, actor_id: str) -> None:
+        """The actor is stopped for good: no restart scheduled for it may bring it back."""
+        self._starts.pop(actor_id, None)
+
+    def restarting(self, actor_id: str) -> bool:
+        """Whether ``actor_id`` is being started by its own supervisor as a restart, rather than
+        recovered (spawned again, brought back after a crash, or activated on demand)."""
+        return actor_id in self._fresh
 
     def supervisor_left(self, supervisor_id: str, children: set[str]) -> None:
         """A supervisor left memory: its children's pending failures will not be decided by it.
         They leave memory too (held), and come back when the supervisor restarts them."""
         for pending in list(self.failures.values()):
             if pending.child_id in children:
-                self.held[pending.child_id] = "restarting"
+                self.hold(pending.child_id, "restarting")
                 pending.resolve("exit", reason=f"supervisor {supervisor_id} left")
 
     # -- reports from failing actors ----------------------------------------------------------
@@ -92,9 +119,16 @@ class Supervision:
 
         reason = f"{type(exc).__name__}: {exc}"
         actor_id = cell.actor_id
-        parent = self.rt.cells.get(cell.parent_id) if cell.parent_id is not None else None
-        if parent is None or parent.instance is None:
+        if starting and actor_id in self._starting:
+            return Decision("exit", reason=reason)  # its starter reports it (start_child)
+        if cell.parent_id is None:
             return await self._root_decision(cell, exc, reason, starting=starting)
+        parent = self.rt.cells.get(cell.parent_id)
+        if parent is None or parent.instance is None:
+            # Its supervisor left memory (stopped, restarting, failed to start): nobody here
+            # decides for it, so it leaves too; its supervisor starts it again, if it does.
+            self.hold(actor_id, "restarting")
+            return Decision("exit", reason=f"supervisor {cell.parent_id} is not running")
         failure_id = f"{actor_id}#{next(self._ids)}"
         pending = PendingFailure(actor_id, exc, asyncio.get_running_loop().create_future())
         self.failures[failure_id] = pending
@@ -148,49 +182,211 @@ class Supervision:
             cell.leave()
         await self.rt.committer.submit(self.rt.stop_record(actor_id, reason, status="failed"))
         self.rt.forget_status(actor_id, "failed")
+        self.rt.stopped_for_good(actor_id, reason)
         self.held.pop(actor_id, None)
         _event("actor_failed", actor_id, reason=reason)
 
     # -- what supervisors ask for -------------------------------------------------------------
 
-    async def start_child(self, parent_id: str, entry: ChildEntry, *, revive: bool = False) -> None:
-        """Create (or resume) the child and activate it here; wait until it has started."""
+    async def start_child(
+        self, parent_id: str, entry: ChildEntry, *, revive: bool = False, initial: bool = False
+    ) -> str | None:
+        """Create (or resume) the child and activate it here; wait until it has started.
+
+        ``revive``: a child stopped for good is made active again first (a restart: its journal
+        is kept), and a supervisor child starts its own children afresh. ``initial``: the start
+        is its starter's to judge (its supervisor's own start, ``add_child``): a child that
+        fails to start leaves memory at once, nothing restarts it, and why is returned.
+        Otherwise a failed start goes to the supervisor like any failure (a failed restart
+        counts toward its intensity) and None is returned. Raises ``ActorIdTaken`` when the id
+        belongs to an actor of another class or another supervisor."""
+        cell = await self._start(parent_id, entry, revive=revive, initial=initial)
+        if cell is None or cell.start_error is None or not initial:
+            return None
+        return f"{type(cell.start_error).__name__}: {cell.start_error}"
+
+    async def _start(
+        self, parent_id: str, entry: ChildEntry, *, revive: bool, initial: bool
+    ) -> Cell | None:
         cls = import_class(entry.class_path)
         init = msgspec.msgpack.decode(entry.init)
+        child_id = entry.child_id
+        self.held.pop(child_id, None)
+        if initial:
+            self._starting.add(child_id)
         if revive:
-            await self.rt.committer.submit(Revive(entry.child_id))
-            self.rt.forget_status(entry.child_id, "active")
-        self.held.pop(entry.child_id, None)
+            self._fresh.add(child_id)
         try:
-            await self.rt.spawn_child(cls, entry.child_id, parent_id, init)
-        except ActorStopped:
-            return  # stopped for good earlier (temporary, transient exit, removed): stays so
-        cell = self.rt.cells.get(entry.child_id)
-        if cell is not None:
-            await cell.ready.wait()
-        _event("child_started", entry.child_id, supervisor=parent_id)
+            try:
+                cell = await self.rt.spawn_cell(cls, child_id, parent_id, init)
+            except ActorStopped:
+                if not revive:
+                    return None  # stopped for good earlier (transient exit, removed): stays so
+                await self.rt.committer.submit(Revive(child_id))
+                self.rt.forget_status(child_id, "active")
+                cell = await self.rt.spawn_cell(cls, child_id, parent_id, init)
+            if cell is not None:
+                await cell.ready.wait()
+                if initial and cell.start_error is not None:
+                    await cell.exited.wait()  # it leaves at once (see report)
+        finally:
+            self._starting.discard(child_id)
+            self._fresh.discard(child_id)
+        if cell is not None and cell.start_error is None:
+            _event("child_started", child_id, supervisor=parent_id)
+        return cell
+
+    async def actor_status(self, actor_id: str) -> str | None:
+        """The actor's stored status ("active", "stopped", "failed"); None if there is none."""
+        rec = await self.rt.store.get_actor(actor_id)
+        return None if rec is None else rec.status
+
+    async def make_room(self, parent_id: str, entry: ChildEntry) -> None:
+        """Make ``entry.child_id`` free for a new child of ``parent_id`` (``add_child``).
+
+        An id no actor has is free, and so is one of an active child of ``parent_id`` that is
+        not among its entries (an add_child cut short). An id whose actor has stopped (or
+        failed) is given to the new child, which starts clean: ``Store.reuse_id`` erases what
+        the predecessor left
+        (journal, snapshot, ledger, approvals, dedup keys, held watches; for a session, its
+        guards' state too) in the same transaction that stores the new record, and keeps its
+        dead letters, which can no longer be retried into the newcomer. Raises
+        ``AlreadyStarted`` for a running actor and ``ActorIdTaken`` for an id that is not
+        ``parent_id``'s to give or whose predecessor still has an unsettled effect."""
+        child_id = entry.child_id
+        rec = await self.rt.store.get_actor(child_id)
+        if rec is None:
+            return
+        if rec.status == "active" and rec.parent_id == parent_id:
+            # Its child by record, yet not one of its entries: an add_child that a crash cut
+            # short after the record was stored. This one finishes it (the record is resumed).
+            return
+        if rec.status == "active":
+            raise AlreadyStarted(child_id, rec.parent_id)
+        if rec.parent_id not in (None, parent_id):
+            raise ActorIdTaken(
+                child_id,
+                f"it was a child of {rec.parent_id!r}, and ids are unique in a store: add it "
+                f"there again, or choose another id",
+            )
+        guards = self.rt.guards.of_session(child_id)
+        for guard_id in guards:  # their live instances hold the predecessor's state in memory
+            await self.shutdown_actor(guard_id, 5.0, "restarting")
+            self.held.pop(guard_id, None)
+        successor = ActorRecord(
+            actor_id=child_id,
+            class_path=entry.class_path,
+            init=entry.init,
+            parent_id=parent_id,
+            status="active",
+            stop_reason=None,
+            fence=rec.fence,
+            lease_owner=None,
+            lease_expires=0.0,
+            created_at=self.rt.clock(),
+        )
+        blockers = await self.rt.store.reuse_id(successor, dependents=guards)
+        if blockers:
+            raise ActorIdTaken(child_id, "; ".join(blockers))
+        for actor_id in (child_id, *guards):
+            self.rt.forget_actor(actor_id)
+        _event("actor_id_reused", child_id, supervisor=parent_id, previous=rec.stop_reason)
 
     async def shutdown_actor(self, actor_id: str, shutdown: float | str, status: str) -> None:
         """Stop the actor's instance (not its durable existence) within its shutdown budget:
         let it finish its message, cancel it when the time is up, abandon it if it ignores
-        the cancellation."""
-        self.held[actor_id] = status
+        the cancellation. A failure of it waiting for a decision is decided: it leaves.
+
+        A supervisor takes its children down with it, after its own instance has stopped (so
+        that it restarts none of them meanwhile), in reverse start order, each within its own
+        budget and what is left of the supervisor's (OTP: a supervisor terminates its children
+        before it exits, and one killed for its budget takes them down with it)."""
+        await self._shutdown(actor_id, shutdown, status, _by_parent(self.rt.cells))
+
+    async def shutdown_children(self, actor_id: str, cell: Cell | None, status: str) -> None:
+        """Take down the children of the supervisor whose instance ``cell`` was (or is): in
+        reverse start order, each within its own budget (``Runtime.stop``, a restart in
+        place)."""
+        live = _by_parent(self.rt.cells)
+        await self._take_down(self._children(actor_id, cell, live), math.inf, status, live)
+
+    async def _shutdown(
+        self, actor_id: str, shutdown: float | str, status: str, live: dict[str, list[Cell]]
+    ) -> None:
+        self.hold(actor_id, status)
+        for pending in list(self.failures.values()):
+            if pending.child_id == actor_id:
+                pending.resolve("exit", reason=f"shut down by its supervisor ({status})")
         cell = self.rt.cells.get(actor_id)
-        if cell is None:
+        budget = _budget(shutdown)
+        deadline = anyio.current_time() + budget
+        children = self._children(actor_id, cell, live)  # from its instance, while it is up
+        if cell is not None:
+            await self._stop_instance(cell, shutdown, budget, status)
+        await self._take_down(children, deadline, status, live)
+
+    async def _take_down(
+        self,
+        children: list[tuple[str, float | str]],
+        deadline: float,
+        status: str,
+        live: dict[str, list[Cell]],
+    ) -> None:
+        for child_id, shutdown in reversed(children):
+            left = deadline - anyio.current_time()
+            await self._shutdown(child_id, _within(shutdown, left), status, live)
+        for child_id, _ in children:
+            # Free to start again: none can while their supervisor is down, since a child is
+            # activated through its supervisor, and a supervisor restarts them itself.
+            if self.held.get(child_id) == status:
+                del self.held[child_id]
+
+    @asynccontextmanager
+    async def fresh_start(self, cell: Cell) -> AsyncIterator[None]:
+        """Around a restart in place of ``cell``'s instance: a supervisor takes its children
+        down first and then starts them afresh, as a restarted OTP supervisor does."""
+        if not callable(getattr(cell.instance, "child_entries", None)):
+            yield
             return
-        cell.leave()
+        await self.shutdown_children(cell.actor_id, cell, "restarting")
+        self._fresh.add(cell.actor_id)
+        try:
+            yield
+        finally:
+            self._fresh.discard(cell.actor_id)
+
+    def _children(
+        self, actor_id: str, cell: Cell | None, live: dict[str, list[Cell]]
+    ) -> list[tuple[str, float | str]]:
+        """The children of a supervisor, in start order, with their shutdown budgets: its child
+        entries, then the children by record alone active here (a session's guards), from
+        ``live``. Empty for an actor that is not a supervisor."""
+        entries = getattr(cell.instance, "child_entries", None) if cell is not None else None
+        if cell is not None and not callable(entries):
+            return []
+        ordered: list[tuple[str, float | str]] = (
+            [(e.child_id, e.shutdown) for e in entries()] if callable(entries) else []
+        )
+        listed = {child_id for child_id, _ in ordered}
+        ordered += [(c.actor_id, 5.0) for c in live.get(actor_id, ()) if c.actor_id not in listed]
+        return ordered
+
+    async def _stop_instance(
+        self, cell: Cell, shutdown: float | str, budget: float, status: str
+    ) -> None:
+        actor_id = cell.actor_id
         if shutdown == "brutal":
+            # Cancelled at once, and not woken first: woken, an idle actor would run its
+            # on_stop before the cancellation reaches it (OTP's kill runs no terminate).
             cell.cancel()
-        if shutdown == "infinity":
-            await cell.exited.wait()
         else:
-            budget = 0.0 if shutdown == "brutal" else float(shutdown)
-            with anyio.move_on_after(budget):
+            cell.leave()
+        with anyio.move_on_after(budget):
+            await cell.exited.wait()
+        if not cell.exited.is_set():
+            cell.cancel()
+            with anyio.move_on_after(1.0):
                 await cell.exited.wait()
-            if not cell.exited.is_set():
-                cell.cancel()
-                with anyio.move_on_after(1.0):
-                    await cell.exited.wait()
         if not cell.exited.is_set():
             # It ignores cancellation. Abandon it: the next activation takes a new fencing
             # token, so whatever it still tries to commit is rejected (I8).
@@ -198,11 +394,6 @@ class Supervision:
                 del self.rt.cells[actor_id]
             _event("child_abandoned", actor_id, shutdown=str(shutdown))
         _event("child_shut_down", actor_id, status=status)
-
-    async def wait_exited(self, actor_id: str) -> None:
-        cell = self.rt.cells.get(actor_id)
-        if cell is not None:
-            await cell.exited.wait()
 
     def restart_later(
         self,
@@ -216,11 +407,14 @@ class Supervision:
 
         ``retry`` restarts one child whose start failed, by id, after its own delay.
         """
+        token = next(self._ids)
         for e in entries:
             self.held[e.child_id] = "backing off" if delay > 0 else "restarting"
+            self._starts[e.child_id] = token
         if retry is not None:
             self.held[retry[0]] = "backing off" if retry[1] > 0 else "restarting"
-        self.rt.start_soon(self._restart, parent_id, list(entries), delay, retry)
+            self._starts[retry[0]] = token
+        self.rt.start_soon(self._restart, parent_id, list(entries), delay, retry, token)
 
     async def _restart(
         self,
@@ -228,6 +422,7 @@ class Supervision:
         entries: list[ChildEntry],
         delay: float,
         retry: tuple[str, float] | None,
+        token: int,
     ) -> None:
         if retry is not None:
             delay = retry[1]
@@ -239,13 +434,23 @@ class Supervision:
                 return
             entries = [e for e in sup.instance.child_entries() if e.child_id == retry[0]]  # type: ignore[attr-defined]
         for e in entries:
+            if self._starts.get(e.child_id) != token:
+                continue  # overtaken: another restart, a shutdown or a stop has it now
+            del self._starts[e.child_id]
             try:
-                await self.start_child(parent_id, e, revive=True)
+                cell = await self._start(parent_id, e, revive=True, initial=False)
             except Exception as exc:  # noqa: BLE001 - logged; the other children still start
                 telemetry.log.error("child_restart_failed", actor_id=e.child_id, error=repr(exc))
+                continue
+            if cell is not None and cell.start_error is not None:
+                # Its supervisor decides about the failed start first; the children after it
+                # wait for that (OTP starts none after a failed one): if it restarts the group
+                # again, they are its restart's to start, no longer this one's.
+                await cell.exited.wait()
 
     async def stop_actor_for_good(self, actor_id: str, reason: str) -> None:
         await self.rt.stop(actor_id, reason)
+        self.held.pop(actor_id, None)
 
     # -- introspection ------------------------------------------------------------------------
 
@@ -258,6 +463,32 @@ class Supervision:
         if state is None or not hasattr(state, "counts"):
             return 0, None
         return state.counts.get(actor_id, 0), state.last_failure.get(actor_id)
+
+
+def _by_parent(cells: dict[str, Cell]) -> dict[str, list[Cell]]:
+    """The active cells by their supervisor: one pass, however many shutdowns then look."""
+    live: dict[str, list[Cell]] = {}
+    for cell in cells.values():
+        if cell.parent_id is not None:
+            live.setdefault(cell.parent_id, []).append(cell)
+    return live
+
+
+def _budget(shutdown: float | str) -> float:
+    """A shutdown spec as seconds: ``brutal`` none, ``infinity`` no limit."""
+    if shutdown == "brutal":
+        return 0.0
+    return math.inf if shutdown == "infinity" else float(shutdown)
+
+
+def _within(shutdown: float | str, left: float) -> float | str:
+    """A child's shutdown spec cut to the ``left`` seconds of its supervisor's own budget:
+    nothing left is ``brutal`` (a supervisor killed for its budget takes its children with it)."""
+    if left <= 0:
+        return "brutal"
+    if shutdown == "brutal" or left == math.inf:
+        return shutdown
+    return min(_budget(shutdown), left)
 
 
 _event = telemetry.supervision_event

@@ -14,11 +14,13 @@ the supervisor stop all its children (reverse start order) and fail, escalating 
 from __future__ import annotations
 
 import abc
+import math
 import random
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias
 
 from tether.actors.actor import Actor, check_init
+from tether.deprecation import warn_renamed
 from tether.errors import ConfigError
 
 RestartType: TypeAlias = Literal["permanent", "transient", "temporary"]
@@ -32,39 +34,67 @@ _DIRECTIVES = ("resume", "restart", "stop", "escalate")
 class Backoff:
     """Delay before a restart: exponential with full jitter, capped, reset after a quiet period.
 
-    The n-th consecutive restart of a child waits ``uniform(0, min(max, initial * multiplier**n))``
-    seconds (n from 0). A child that ran ``reset_after`` seconds without failing starts again at
-    n = 0. While a child backs off, its messages wait in its durable mailbox.
+    The n-th consecutive restart of a child waits
+    ``uniform(0, min(max_delay, initial_delay * multiplier**n))`` seconds (n from 0): the same
+    words as a tool's :class:`~tether.RetryPolicy`. A child that ran ``reset_after`` seconds
+    without failing starts again at n = 0. While a child backs off, its messages wait in its
+    durable mailbox.
+
+    ``initial=`` and ``max=`` are the deprecated names of ``initial_delay=`` and ``max_delay=``.
     """
 
-    __slots__ = ("initial", "max", "multiplier", "reset_after", "rng")
+    __slots__ = ("initial_delay", "max_delay", "multiplier", "reset_after", "rng")
 
     def __init__(
         self,
-        initial: float = 0.1,
-        max: float = 30.0,  # noqa: A002 - the natural name in this API
+        initial_delay: float = 0.1,
+        max_delay: float = 30.0,
         multiplier: float = 2.0,
         reset_after: float = 60.0,
         *,
         rng: random.Random | None = None,
+        initial: float | None = None,
+        max: float | None = None,  # noqa: A002 - the deprecated name, kept for one release
     ) -> None:
-        numbers = (initial, max, multiplier, reset_after)
+        if initial is not None:
+            warn_renamed("Backoff()", "initial=", "initial_delay=")
+            initial_delay = initial
+        if max is not None:
+            warn_renamed("Backoff()", "max=", "max_delay=")
+            max_delay = max
+        numbers = (initial_delay, max_delay, multiplier, reset_after)
         if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in numbers) or not (
-            initial >= 0 and max >= initial and multiplier >= 1 and reset_after >= 0
+            initial_delay >= 0
+            and max_delay >= initial_delay
+            and multiplier >= 1
+            and reset_after >= 0
         ):
             raise ConfigError(
-                "Backoff needs 0 <= initial <= max, multiplier >= 1 and reset_after >= 0, got "
-                f"initial={initial!r} max={max!r} multiplier={multiplier!r} reset_after={reset_after!r}"
+                "Backoff needs 0 <= initial_delay <= max_delay, multiplier >= 1 and "
+                f"reset_after >= 0, got initial_delay={initial_delay!r} max_delay={max_delay!r} "
+                f"multiplier={multiplier!r} reset_after={reset_after!r}"
             )
-        self.initial = initial
-        self.max = max
+        self.initial_delay = initial_delay
+        self.max_delay = max_delay
         self.multiplier = multiplier
         self.reset_after = reset_after
         self.rng = rng or random.Random()
 
+    @property
+    def initial(self) -> float:
+        """Deprecated: ``initial_delay``."""
+        warn_renamed("Backoff", ".initial", ".initial_delay", stacklevel=2)
+        return self.initial_delay
+
+    @property
+    def max(self) -> float:
+        """Deprecated: ``max_delay``."""
+        warn_renamed("Backoff", ".max", ".max_delay", stacklevel=2)
+        return self.max_delay
+
     def cap(self, n: int) -> float:
         """The upper bound of the n-th consecutive delay (n from 0)."""
-        return float(min(self.max, self.initial * self.multiplier**n))
+        return float(min(self.max_delay, self.initial_delay * self.multiplier**n))
 
     def delay(self, n: int) -> float:
         """The n-th consecutive delay, with full jitter."""
@@ -72,8 +102,8 @@ class Backoff:
 
     def __repr__(self) -> str:
         return (
-            f"Backoff(initial={self.initial}, max={self.max}, multiplier={self.multiplier}, "
-            f"reset_after={self.reset_after})"
+            f"Backoff(initial_delay={self.initial_delay}, max_delay={self.max_delay}, "
+            f"multiplier={self.multiplier}, reset_after={self.reset_after})"
         )
 
 
@@ -87,8 +117,14 @@ class Strategy(abc.ABC):
     ) -> None:
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise ConfigError(f"max_restarts must be an integer >= 0, not {max_restarts!r}")
-        if isinstance(within, bool) or not isinstance(within, int | float) or not within > 0:
-            raise ConfigError(f"within must be a positive number of seconds, not {within!r}")
+        if (
+            isinstance(within, bool)
+            or not isinstance(within, int | float)
+            or not 0 < within < math.inf  # OTP's period: restarts that never age are a mistake
+        ):
+            raise ConfigError(
+                f"within must be a positive, finite number of seconds, not {within!r}"
+            )
         if backoff is not None and not isinstance(backoff, Backoff):
             # unchecked, the supervisor's fold failed on the first restart (AttributeError)
             raise ConfigError(f"backoff must be a tether.Backoff or None, not {backoff!r}")
@@ -140,7 +176,9 @@ class ChildSpec:
         restart: ``permanent`` (always restarted, even after a normal stop), ``transient``
             (restarted only after a failure) or ``temporary`` (never restarted).
         shutdown: seconds a stopping child may take to finish its message before it is
-            cancelled, ``"brutal"`` (cancel at once) or ``"infinity"`` (wait; for supervisors).
+            cancelled, ``"brutal"`` (cancel at once) or ``"infinity"`` (wait). By default 5
+            seconds, and ``"infinity"`` for a supervisor, as in OTP: a supervisor's budget
+            covers the shutdown of its whole subtree, and one cut short cancels its children.
         decider: maps the child's exceptions to directives; overrides the supervisor's.
         **init: the child's constructor arguments (stored; must be msgspec-encodable).
     """
@@ -153,7 +191,7 @@ class ChildSpec:
         child_id: str,
         *,
         restart: RestartType = "permanent",
-        shutdown: Shutdown = 5.0,
+        shutdown: Shutdown | None = None,
         decider: Decider | None = None,
         **init: Any,
     ) -> None:
@@ -166,6 +204,8 @@ class ChildSpec:
                 f"child {child_id!r}: {actor_class!r} is not a subclass of tether.Actor"
             )
         check_decider(decider, f"child {child_id!r}")
+        if shutdown is None:  # a supervisor has child_entries (spec.py cannot import it)
+            shutdown = "infinity" if hasattr(actor_class, "child_entries") else 5.0
         if restart not in ("permanent", "transient", "temporary"):
             raise ConfigError(
                 f"child {child_id!r}: restart must be permanent, transient or temporary, not {restart!r}"

@@ -19,7 +19,13 @@ import msgspec
 
 from tether.actors.actor import Actor, check_items
 from tether.actors.messages import Event, Message
-from tether.errors import ConfigError, JournalWriteError
+from tether.errors import (
+    ActorIdTaken,
+    AlreadyStarted,
+    ChildStartFailed,
+    ConfigError,
+    JournalWriteError,
+)
 from tether.supervisor.spec import (
     ChildSpec,
     Decider,
@@ -109,7 +115,7 @@ class Failure(Protocol):
 
 
 class SupervisionContext(Protocol):
-    """What a supervisor needs from the runtime (implemented by ``Runtime``)."""
+    """What a supervisor needs from the runtime (implemented by ``tether.runtime.supervision``)."""
 
     def clock(self) -> float: ...
 
@@ -117,11 +123,17 @@ class SupervisionContext(Protocol):
 
     def hold(self, actor_id: str, status: str) -> None: ...
 
-    async def start_child(self, parent_id: str, entry: ChildEntry) -> None: ...
+    def restarting(self, actor_id: str) -> bool: ...
+
+    async def start_child(
+        self, parent_id: str, entry: ChildEntry, *, revive: bool = False, initial: bool = False
+    ) -> str | None: ...
+
+    async def actor_status(self, actor_id: str) -> str | None: ...
+
+    async def make_room(self, parent_id: str, entry: ChildEntry) -> None: ...
 
     async def shutdown_actor(self, actor_id: str, shutdown: float | str, status: str) -> None: ...
-
-    async def wait_exited(self, actor_id: str) -> None: ...
 
     def restart_later(
         self, parent_id: str, entries: Sequence[ChildEntry], delay: float
@@ -185,6 +197,8 @@ class Supervisor(Actor[SupervisorState]):
         match event:
             case ChildAdded(entry=e):
                 s.dynamic = [c for c in s.dynamic if c.child_id != e.child_id] + [e]
+                for per_child in (s.counts, s.streak, s.last_restart, s.last_failure):
+                    per_child.pop(e.child_id, None)  # a new child: its predecessor's count no more
             case ChildRemoved(child_id=cid):
                 s.dynamic = [c for c in s.dynamic if c.child_id != cid]
             case Restarted(at=at, child_id=cid, reason=reason):
@@ -204,16 +218,36 @@ class Supervisor(Actor[SupervisorState]):
     # -- the handler --------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        """Start every child in start order (children stopped for good stay stopped); the
-        dynamic ones only if ``start_dynamic_children``."""
+        """Start every child in start order: the declared ones, then the dynamic ones if
+        ``start_dynamic_children``.
+
+        A declared child that fails to start fails this supervisor's start (OTP's
+        ``failed_to_start_child``): the children after it are not started, those before it
+        are stopped again in reverse order, and ``rt.spawn`` (or this supervisor's own
+        supervisor) is told which child and why. A dynamic child that fails to start is
+        restarted like any failed child: one bad session must not keep the others down.
+
+        Started again by its own supervisor (a restart, not a recovery), a supervisor starts
+        afresh, as a new OTP supervisor runs ``init/1``: every declared child starts again,
+        also one stopped for good, and so does every dynamic child that is not temporary.
+        Recovered (after a crash, or spawned again), it brings its children back as they
+        were: one stopped for good stays stopped."""
         ctx = self._ctx()
-        entries = (
-            self.child_entries()
-            if self.start_dynamic_children
-            else [_entry_of(spec) for spec in type(self).children]
-        )
-        for entry in entries:
-            await ctx.start_child(self.id, entry)
+        fresh = ctx.restarting(self.id)
+        started: list[ChildEntry] = []
+        for entry in (_entry_of(spec) for spec in type(self).children):
+            try:
+                failure = await ctx.start_child(self.id, entry, revive=fresh, initial=True)
+            except ActorIdTaken as exc:
+                failure = str(exc)
+            if failure is not None:
+                for done in reversed(started):
+                    await ctx.shutdown_actor(done.child_id, done.shutdown, "stopped")
+                raise ChildStartFailed(self.id, entry.child_id, failure)
+            started.append(entry)
+        if self.start_dynamic_children:
+            for entry in self.state.dynamic:
+                await ctx.start_child(self.id, entry, revive=fresh and entry.restart != "temporary")
 
     async def handle(self, msg: ChildFailed | ChildExited | AddChild | RemoveChild) -> Any:
         match msg:
@@ -223,21 +257,54 @@ class Supervisor(Actor[SupervisorState]):
                 entry = self._entry(cid)
                 if entry is not None and entry.restart == "permanent":
                     await self._restart(entry, f"permanent child exited: {reason}", failure=None)
+                elif entry is not None and entry.restart == "temporary":
+                    self._forget(entry)
             case AddChild():
-                if any(e.child_id == msg.child_id for e in self.child_entries()):
-                    return None
-                entry = ChildEntry(
-                    msg.child_id, msg.class_path, msg.restart, msg.shutdown, msg.init
-                )
-                await self._ctx().start_child(self.id, entry)
-                self.persist(ChildAdded(entry=entry))
+                return await self._add_child(msg)
             case RemoveChild(child_id=cid, reason=reason):
-                if self._entry(cid) is None:
+                entry = self._entry(cid)
+                if entry is None:
                     return False
+                # OTP's terminate_child (within its shutdown budget), then delete_child.
+                await self._ctx().shutdown_actor(cid, entry.shutdown, "stopped")
                 await self._ctx().stop_actor_for_good(cid, reason)
                 if any(e.child_id == cid for e in self.state.dynamic):
                     self.persist(ChildRemoved(child_id=cid))
                 return True
+        return None
+
+    async def _add_child(self, msg: AddChild) -> list[str] | None:
+        """Start a new dynamic child. None once it runs; else why not, as ``[error, detail]``
+        for ``Runtime.add_child`` to raise (refused here, the supervisor itself must not fail)."""
+        ctx = self._ctx()
+        entry = ChildEntry(msg.child_id, msg.class_path, msg.restart, msg.shutdown, msg.init)
+        existing = self._entry(entry.child_id)
+        if existing is not None:
+            if await ctx.actor_status(entry.child_id) == "active":
+                return ["AlreadyStarted", self.id]
+            if existing.restart != "temporary" or existing not in self.state.dynamic:
+                # OTP's already_present: the spec stays until it is removed.
+                declared = existing not in self.state.dynamic
+                return [
+                    "ActorIdTaken",
+                    f"it is {'a declared' if declared else 'a'} child of {self.id!r} that is not "
+                    "running (stopped for good, its spec kept)"
+                    + ("" if declared else "; rt.remove_child() it first to add a new one"),
+                ]
+            self._forget(existing)  # a temporary child that ended: OTP forgot it then
+        try:
+            await ctx.make_room(self.id, entry)
+            failure = await ctx.start_child(self.id, entry, initial=True)
+        except AlreadyStarted as exc:
+            return ["AlreadyStarted", exc.parent_id or ""]
+        except ActorIdTaken as exc:
+            return ["ActorIdTaken", exc.reason]
+        if failure is not None:
+            # Not added (OTP: start_child returns the error, the spec is not saved); stopped
+            # for good, its id can be added again.
+            await ctx.stop_actor_for_good(entry.child_id, f"failed to start: {failure}")
+            return ["ChildStartFailed", failure]
+        self.persist(ChildAdded(entry=entry))
         return None
 
     # -- decisions ----------------------------------------------------------------------------
@@ -273,6 +340,7 @@ class Supervisor(Actor[SupervisorState]):
                 failure.resolve("resume")
             case "stop":
                 failure.resolve("stop", reason=f"stopped by {self.id}: {msg.reason}")
+                self._forget(entry)
             case "escalate":
                 await self._fail(
                     f"escalated failure of {msg.child_id}: {msg.reason}", failed_child=failure
@@ -280,6 +348,7 @@ class Supervisor(Actor[SupervisorState]):
             case "restart":
                 if entry.restart == "temporary":
                     failure.resolve("stop", reason=f"temporary child failed: {msg.reason}")
+                    self._forget(entry)
                 else:
                     await self._restart(entry, msg.reason, failure=failure)
 
@@ -309,13 +378,19 @@ class Supervisor(Actor[SupervisorState]):
         affected = [e for e in self.child_entries() if e.child_id in affected_ids]
         for e in affected:
             ctx.hold(e.child_id, "restarting")
-        for e in reversed(affected):  # stop in reverse start order
+        for e in reversed(affected):  # stop in reverse start order (a supervisor: its subtree)
             if failure is not None and e.child_id == entry.child_id:
                 failure.resolve("exit", reason=reason)
-                await ctx.wait_exited(e.child_id)
-            else:
-                await ctx.shutdown_actor(e.child_id, e.shutdown, "restarting")
-        ctx.restart_later(self.id, affected, delay)  # then start in start order, after the backoff
+            await ctx.shutdown_actor(e.child_id, e.shutdown, "restarting")
+            if e.restart == "temporary":
+                # OTP: a temporary bystander is terminated and forgotten, never restarted.
+                await ctx.stop_actor_for_good(
+                    e.child_id, f"{strategy.name} restart by {self.id}; temporary: {reason}"
+                )
+                self._forget(e)
+        # then start the others in start order, after the backoff: a transient one too, even if
+        # it had ended normally (OTP's restart_multiple_children starts every non-temporary one)
+        ctx.restart_later(self.id, [e for e in affected if e.restart != "temporary"], delay)
 
     async def _fail(self, reason: str, *, failed_child: Failure | None) -> None:
         """Stop every child in reverse start order, forget the window, and fail upwards."""
@@ -329,6 +404,13 @@ class Supervisor(Actor[SupervisorState]):
             await ctx.shutdown_actor(e.child_id, e.shutdown, "stopped")
         self.persist(Reset(at=ctx.clock(), reason=reason))
         self._tether_cell.escalate(reason)  # reported to our parent once this step commits
+
+    def _forget(self, entry: ChildEntry) -> None:
+        """A temporary dynamic child that ended is forgotten, as OTP forgets it: its id can be
+        added again. (A declared one stays declared: it starts again if this supervisor is
+        restarted, as OTP's ``init/1`` would start it.)"""
+        if entry.restart == "temporary" and entry in self.state.dynamic:
+            self.persist(ChildRemoved(child_id=entry.child_id))
 
     def _ctx(self) -> SupervisionContext:
         return cast(SupervisionContext, self._tether_cell.runtime.supervision)

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, cast
 
-from tether.actors.model import Decision, FinalAnswer, ModelRequest, ToolCall
+from tether.actors.model import DECISION_TYPES, Decision, ModelRequest
 from tether.errors import ConfigError
 
 Script = Sequence[Decision] | Callable[[ModelRequest], Decision | Awaitable[Decision]]
@@ -39,15 +39,16 @@ class ScriptedModel:
             # a str would be taken apart into one-character lines; None or a number raised a
             # bare TypeError
             raise ConfigError(
-                "a script is a list of tether.ToolCall / tether.FinalAnswer or a function of "
+                "a script is a list of tether.ToolCall / ToolCalls / FinalAnswer or a function of "
                 f"the request, not {script!r}"
             )
         else:
             lines = tuple(script)
             for line in lines:
-                if not isinstance(line, ToolCall | FinalAnswer):
+                if not isinstance(line, DECISION_TYPES):
                     raise ConfigError(
-                        f"a script line must be tether.ToolCall or tether.FinalAnswer, not {line!r}"
+                        "a script line must be tether.ToolCall, tether.ToolCalls or "
+                        f"tether.FinalAnswer, not {line!r}"
                     )
             self._fn = None
             self._lines = lines
@@ -69,6 +70,8 @@ class ScriptedModel:
                 f"the script has {len(self._lines)} decision(s) and the session asks for "
                 f"decision #{request.decisions + 1}"
             )
-        if not isinstance(decision, ToolCall | FinalAnswer):
-            raise ConfigError(f"the script returned {decision!r}, not a ToolCall or FinalAnswer")
+        if not isinstance(decision, DECISION_TYPES):
+            raise ConfigError(
+                f"the script returned {decision!r}, not a ToolCall, ToolCalls or FinalAnswer"
+            )
         return decision

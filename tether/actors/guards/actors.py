@@ -4,6 +4,8 @@
   a child of the ``tether.guards`` supervisor.
 * ``LoopGuard`` (id ``<session>/loops``): one per session that has a loop policy, also a
   child of ``tether.guards``.
+* ``Notifier`` (id ``notify:<hash of the URL>``, ``notifier.py``): one per webhook URL of an
+  approval policy, a dynamic child of ``tether.guards`` like the breakers.
 
 Their decisions are made on the effect path itself, synchronously on the live instance's state
 (``tether.runtime.guards``), because a message round trip per call would cost more than the
@@ -26,7 +28,6 @@ import msgspec
 
 from tether.actors.actor import Actor, class_path
 from tether.actors.guards.breaker import (
-    BreakerClosed,
     BreakerCore,
     BreakerEvent,
     BreakerPolicy,
@@ -41,20 +42,103 @@ from tether.actors.guards.loops import (
     LoopResultObserved,
     LoopState,
 )
+from tether.actors.guards.notifier import NOTIFY_PREFIX, Notifier
 from tether.actors.messages import Event, Message
 from tether.errors import ConfigError
 from tether.supervisor.spec import OneForOne
 from tether.supervisor.supervisor import ChildEntry, Supervisor
 
 GUARDS_SUPERVISOR = "tether.guards"
+#: Ids starting so are the runtime's own (``tether.guards`` today; others may come).
+RUNTIME_PREFIX = "tether."
+_BREAKER_PREFIX = "breaker:"
+_LOOPS_SUFFIX = "/loops"
+_GATE_SUFFIX = "/gate"
 
 
 def breaker_id(tool: str) -> str:
-    return f"breaker:{tool}"
+    return f"{_BREAKER_PREFIX}{tool}"
 
 
 def loops_id(actor_id: str) -> str:
-    return f"{actor_id}/loops"
+    return f"{actor_id}{_LOOPS_SUFFIX}"
+
+
+def gate_id(actor_id: str) -> str:
+    return f"{actor_id}{_GATE_SUFFIX}"
+
+
+class ReservedId(msgspec.Struct, frozen=True):
+    """What the runtime keeps an actor id for: the only class and parent it may hold."""
+
+    cls: type[Actor[Any]] | None  # None: no actor at all (a name kept for later)
+    parent_id: str | None
+    what: str  # "the circuit breaker of tool 'send'"
+    why: str  # what another actor there would break
+
+
+def reserved_id(actor_id: str) -> ReservedId | None:
+    """What the runtime derives ``actor_id`` for, or None if it is free for users' actors.
+
+    The guards' ids are derived, never registered: the effect path finds a tool's breaker at
+    ``breaker:<tool>`` and a session's loop guard and gate at ``<session>/loops`` and
+    ``<session>/gate``. An actor of another class at one of them would take the guard's place
+    for every call that needs it."""
+    if actor_id == GUARDS_SUPERVISOR:
+        return ReservedId(
+            GuardSupervisor, None, "the supervisor of the guards", "every guard starts under it"
+        )
+    if actor_id.startswith(RUNTIME_PREFIX):
+        return ReservedId(
+            None, None, "its own actors", f"ids starting with {RUNTIME_PREFIX!r} are the runtime's"
+        )
+    if actor_id.startswith(NOTIFY_PREFIX):
+        return ReservedId(
+            Notifier,
+            GUARDS_SUPERVISOR,
+            "the notifier of an approval policy's webhook",
+            "the approval notices for that URL are delivered through it",
+        )
+    if actor_id.startswith(_BREAKER_PREFIX):
+        tool = actor_id.removeprefix(_BREAKER_PREFIX)
+        return ReservedId(
+            Breaker,
+            GUARDS_SUPERVISOR,
+            f"the circuit breaker of tool {tool!r}",
+            f"every session's calls of {tool!r} pass through it",
+        )
+    for suffix, cls, what, why in (
+        (_LOOPS_SUFFIX, LoopGuard, "the loop detector", "every call of the session passes it"),
+        (_GATE_SUFFIX, Gate, "the escalation gate", "the session's approvals are journaled there"),
+    ):
+        session = actor_id.removesuffix(suffix)
+        if session != actor_id:
+            return ReservedId(cls, GUARDS_SUPERVISOR, f"{what} of session {session!r}", why)
+    return None
+
+
+def check_id_use(actor_id: str, cls: type[Any], parent_id: str | None) -> None:
+    """Raise ``ConfigError`` if ``actor_id`` is reserved (``reserved_id``) for anything but
+    ``cls`` under ``parent_id``: the runtime's own guards pass, a user's actor does not."""
+    reserved = reserved_id(actor_id)
+    if reserved is None or (reserved.cls is cls and reserved.parent_id == parent_id):
+        return
+    raise ConfigError(
+        f"actor id {actor_id!r} is reserved: tether uses it for {reserved.what}, and "
+        f"{reserved.why}; give {cls.__qualname__} another id"
+    )
+
+
+def wrong_guard(actor_id: str, held_by: str, cls: type[Any]) -> ConfigError:
+    """The error of a call whose guard's id is held by an actor of another class: one a user
+    spawned there before the runtime reserved such ids (``reserved_id``)."""
+    reserved = reserved_id(actor_id)
+    what = reserved.what if reserved is not None else f"a {cls.__qualname__}"
+    return ConfigError(
+        f"actor id {actor_id!r} is held by a {held_by}, not a {cls.__qualname__}: tether uses "
+        f"that id for {what}, so the call that needs it cannot be made. The actor was "
+        "spawned there before tether reserved the id; remove it from the store"
+    )
 
 
 class GuardSupervisor(Supervisor):
@@ -76,9 +160,10 @@ class GuardSupervisor(Supervisor):
         entry = super()._entry(child_id)
         if entry is not None:
             return entry
-        session, _, kind = child_id.rpartition("/")
-        cls = {"loops": LoopGuard, "gate": Gate}.get(kind)
-        if not session or cls is None:
+        reserved = reserved_id(child_id)
+        cls = reserved.cls if reserved is not None else None
+        session = child_id.rpartition("/")[0]
+        if cls is None or cls not in (LoopGuard, Gate) or not session:
             return None
         return ChildEntry(
             child_id=child_id,
@@ -90,7 +175,9 @@ class GuardSupervisor(Supervisor):
 
 
 class ResetBreaker(Message):
-    """Close the breaker now (an operator knows the tool is back)."""
+    """Reset the breaker now (an operator knows the tool is back, or wants its count to start
+    again): closed, its window and trip count forgotten, whatever its state, as resilience4j's
+    ``reset()``. Journaled with ``by``."""
 
     by: str = "operator"
 
@@ -117,19 +204,28 @@ class Breaker(Actor[BreakerState]):
         return BreakerCore(self.policy, state).apply(state, event)
 
     async def handle(self, msg: ResetBreaker | GetBreakerState) -> dict[str, Any]:
-        if isinstance(msg, ResetBreaker) and self.state.status != "closed":
-            clock = self._tether_cell.runtime.clock
-            await self._tether_cell.append_events([BreakerClosed(at=clock())])
-        return self.describe()
+        now = self._tether_cell.runtime.clock()
+        if isinstance(msg, ResetBreaker):
+            await self._tether_cell.append_events(self.core().reset(now, by=msg.by))
+        return self.describe(now)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, now: float) -> dict[str, Any]:
+        """The breaker's state for a person: its status, why and until when it is open, the
+        window's counts as of ``now`` (closed), and its probes (half-open)."""
         state = self.state
+        counts = self.core().counts(now)
         return {
             "tool": self.tool,
             "status": state.status,
             "trips": state.trips,
             "reason": state.reason,
             "until": state.until if state.status != "closed" else None,
+            "window": msgspec.to_builtins(counts),
+            "probes": {
+                "allowed": self.policy.half_open_probes,
+                "admitted": state.probes_admitted,
+                "passed": state.probes_passed,
+            },
         }
 
     def summary(self) -> str:
@@ -138,7 +234,8 @@ class Breaker(Actor[BreakerState]):
         if state.status == "closed":
             return "closed"
         until = time.strftime("%H:%M:%S", time.localtime(state.until))
-        return f"{state.status} until {until} ({state.reason}); trips={state.trips}"
+        passed = f"; trial calls passed={state.probes_passed}" if state.probes_passed else ""
+        return f"{state.status} until {until} ({state.reason}); trips={state.trips}{passed}"
 
 
 class ResetLoops(Message):
@@ -223,10 +320,6 @@ class LoopGuard(Actor[LoopState]):
 
     def summary(self) -> str:
         return f"{len(self.state.history)} recent call(s)"
-
-
-def gate_id(actor_id: str) -> str:
-    return f"{actor_id}/gate"
 
 
 class ApprovalRequested(Event):

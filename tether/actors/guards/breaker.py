@@ -1,4 +1,4 @@
-"""The pure core of a circuit breaker: journal events, a fold over them, and two decisions.
+"""The pure core of a circuit breaker: journal events, a fold over them, and its decisions.
 
 A breaker guards one dependency (a tool, an API, a database). It is event-sourced so that an
 actor can wrap it: the decisions :meth:`BreakerCore.admit` and :meth:`BreakerCore.record` take
@@ -7,249 +7,65 @@ and return the events to journal; :meth:`BreakerCore.apply` folds an event into 
 :class:`BreakerState`. No I/O, no clock reads, no asyncio: the same journal always folds to the
 same state, so after a crash an open breaker is still open until the same absolute time.
 
-States::
+States (N = ``half_open_probes``, 1 by default)::
 
-    closed --(threshold or rate reached)--> open --(open time over, one caller)--> half_open
-    half_open --(probe succeeds)--> closed            (window and trip count reset)
-    half_open --(probe fails or is slow)--> open      (open for longer: growth per trip)
-    half_open --(probe cancelled or ignored)--> half_open, probe released at once
-    half_open --(probe still running after its time)--> half_open, probe re-armed
+    closed --(threshold or rate reached)--> open --(open time over, a caller)--> half_open
+    half_open --(N probes succeeded)--> closed        (window and trip count reset)
+    half_open --(a probe fails or is slow)--> open    (open for longer: growth per trip)
+    half_open --(probe cancelled or ignored)--> half_open, its permit free at once
+    half_open --(all N permits out, time over)--> half_open, the hung probes re-armed
+    any --(reset by an operator)--> closed            (window and trip count reset)
 
-Choices made where the libraries disagree (see ``resilience-hitl-anchors.md`` §0 and §1):
+Choices made where the libraries disagree (see ``resilience-hitl-anchors.md`` §0 and §1, and
+``docs/guards.md`` for the cases ported from resilience4j's and pybreaker's suites):
 
-* **One probe per open period** (Polly v8, Hystrix): entering half-open admits exactly one
-  call and sets ``until = now + open duration``; every other caller is refused until the probe
-  answers or ``until`` passes, when the next caller becomes the new probe. A hung probe cannot
-  wedge the breaker; the hung probe's late answer is ignored (it is stale).
+* **N probes per open period, one by default** (Polly v8 and Hystrix: one; resilience4j
+  ``permittedNumberOfCallsInHalfOpenState``: N). Entering half-open admits one call and sets
+  ``until = now + open duration``; the next N - 1 callers are probes too (each pushes
+  ``until`` to its own start + open duration); every other caller is refused until a probe
+  frees its permit or ``until`` passes, when the next caller re-arms the hung probes: it
+  becomes a probe in their place, and their late answers are ignored (stale). Probes that
+  already succeeded still count. A hung probe cannot wedge the breaker.
+* **Every probe must succeed** (pybreaker ``success_threshold``): the first failed (or, with
+  slow calls tracked, slow) probe opens the breaker again at once; resilience4j instead judges
+  the probes' failure and slow-call rates, against the closed-state limits, once
+  ``min(minimumNumberOfCalls, N)`` of them have answered.
 * **Cancelled and ignored calls count as neither** (resilience4j ``releasePermission`` and
-  ``ignoreExceptions``): they leave the window alone, and a cancelled or ignored probe releases
-  its slot so that the next caller probes at once.
+  ``ignoreExceptions``): they leave the window alone, and a cancelled or ignored probe frees
+  its permit so that the next caller probes at once.
 * **Stale answers are ignored**: every transition bumps ``generation``; an answer for a call
   admitted before the last transition (a closed-state call that finishes after the trip, Polly
   #217; a probe that was re-armed) changes nothing.
 * **Exceptions that are not recorded count as success** (resilience4j ``recordExceptions``): the
   dependency answered; the error was the caller's (a bad argument). ``ignore`` wins over
   ``record_on``.
-* **Growth**: the n-th consecutive trip stays open ``open_duration * open_growth**(n-1)``
+* **Growth**: the n-th consecutive trip stays open ``open_duration * open_multiplier**(n-1)``
   seconds, capped; a close resets n (resilience4j ``waitIntervalFunctionInOpenState``, Polly
   ``BreakDurationGenerator``).
 
 Per-call outcomes are events too (:class:`BreakerCallRecorded`): that is how the window counts
-survive a restart. They are skipped when they cannot change any later decision (a success
-into a count window already full of successes; any success into a time window judged by
-failure count alone), so a healthy breaker's journal stays short.
+survive a restart. They are skipped when they cannot change any decision, now or later (a
+success into a count window already full of successes; any success into a time window judged
+by failure count alone), so a healthy breaker's journal stays short.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from typing import Final, Literal, NoReturn, TypeAlias, TypeGuard, assert_never
+from collections.abc import Iterable
+from typing import Literal, TypeAlias, assert_never
 
 import msgspec
 
+from tether.actors.guards.breaker_policy import KINDS as KINDS
+from tether.actors.guards.breaker_policy import OUTCOMES
+from tether.actors.guards.breaker_policy import BreakerPolicy as BreakerPolicy
+from tether.actors.guards.breaker_policy import Classifier as Classifier
+from tether.actors.guards.breaker_policy import Outcome as Outcome
+from tether.actors.guards.breaker_policy import WindowKind as WindowKind
 from tether.actors.messages import Event
-from tether.errors import ConfigError
 
-Outcome: TypeAlias = Literal["success", "failure", "ignored", "cancelled"]
 Status: TypeAlias = Literal["closed", "open", "half_open"]
-WindowKind: TypeAlias = Literal["count", "time"]
-#: Maps an exception to an outcome, or to ``None`` to fall back to ``record_on``/``ignore``.
-Classifier: TypeAlias = Callable[[BaseException], Outcome | None]
-
-_OUTCOMES: Final = ("success", "failure", "ignored", "cancelled")
-
-
-# -- policy ------------------------------------------------------------------------------------
-
-
-class BreakerPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """When a breaker trips, how long it stays open, and which exceptions count.
-
-    The policy is configuration, not journal: it is never stored, so it may hold exception
-    classes and a callable. Change it with ``msgspec.structs.replace`` (which re-validates).
-
-    Args:
-        failure_threshold: trip when this many failures are in the window (``None``: judge by
-            rates only). With ``window="count"`` and ``window_size == failure_threshold`` this
-            is "N consecutive failures" (pybreaker, purgatory).
-        window: ``"count"`` (the last ``window_size`` recorded calls) or ``"time"`` (the calls
-            recorded in the last ``window_size`` seconds).
-        window_size: calls (a whole number) or seconds.
-        failure_rate: trip when failures / calls in the window reaches this (0 < rate <= 1).
-        slow_call_rate: trip when slow calls / calls reaches this (0 < rate <= 1).
-        slow_call_duration: a call taking longer than this many seconds is slow.
-        minimum_calls: calls the window must hold before the rates are judged (the absolute
-            ``failure_threshold`` needs no minimum); capped at a count window's size, as in
-            resilience4j.
-        open_duration: seconds the first trip stays open; also how long a probe may run before
-            another caller may probe.
-        open_growth: factor applied per consecutive trip (1 = fixed duration).
-        max_open_duration: the cap on a grown open duration (``None``: 10 * ``open_duration``).
-        record_on: exception types that count as failures.
-        ignore: exception types that count as neither success nor failure (wins over
-            ``record_on``).
-        classifier: consulted first; returns an outcome, or ``None`` to use the type lists.
-    """
-
-    failure_threshold: int | None = 5
-    window: WindowKind = "count"
-    window_size: float = 10
-    failure_rate: float | None = None
-    slow_call_rate: float | None = None
-    slow_call_duration: float | None = None
-    minimum_calls: int = 5
-    open_duration: float = 60.0
-    open_growth: float = 2.0
-    max_open_duration: float | None = None
-    record_on: tuple[type[BaseException], ...] = (Exception,)
-    ignore: tuple[type[BaseException], ...] = ()
-    classifier: Classifier | None = None
-
-    def __post_init__(self) -> None:
-        if self.window not in ("count", "time"):
-            _bad("window", self.window, "'count' or 'time'")
-        if not _positive(self.window_size):
-            _bad("window_size", self.window_size, "a positive number of calls or seconds")
-        if self.window == "count" and not float(self.window_size).is_integer():
-            _bad("window_size", self.window_size, "a whole number of calls for a count window")
-        if self.failure_threshold is not None:
-            if not _whole(self.failure_threshold, 1):
-                _bad("failure_threshold", self.failure_threshold, "an integer >= 1 or None")
-            if self.window == "count" and self.failure_threshold > self.window_size:
-                _bad(
-                    "failure_threshold",
-                    self.failure_threshold,
-                    f"at most window_size ({self.window_size:g}), or the breaker can never trip",
-                )
-        for name in ("failure_rate", "slow_call_rate"):
-            rate = getattr(self, name)
-            if rate is not None and not (_number(rate) and 0 < rate <= 1):
-                _bad(name, rate, "a fraction in (0, 1] or None")
-        if (self.slow_call_rate is None) != (self.slow_call_duration is None):
-            _bad(
-                "slow_call_duration" if self.slow_call_rate is not None else "slow_call_rate",
-                None,
-                "set together with "
-                + ("slow_call_rate" if self.slow_call_rate is not None else "slow_call_duration"),
-            )
-        if self.slow_call_duration is not None and not _positive(self.slow_call_duration):
-            _bad("slow_call_duration", self.slow_call_duration, "a positive number of seconds")
-        if self.failure_threshold is None and self.failure_rate is None and not self.slow_call_rate:
-            _bad("failure_threshold", None, "set, or failure_rate or slow_call_rate set")
-        if not _whole(self.minimum_calls, 1):
-            _bad("minimum_calls", self.minimum_calls, "an integer >= 1")
-        if not _positive(self.open_duration):
-            _bad("open_duration", self.open_duration, "a positive number of seconds")
-        if not (_number(self.open_growth) and self.open_growth >= 1):
-            _bad("open_growth", self.open_growth, "a number >= 1")
-        if self.max_open_duration is not None and not (
-            _positive(self.max_open_duration) and self.max_open_duration >= self.open_duration
-        ):
-            _bad("max_open_duration", self.max_open_duration, "None or >= open_duration")
-        for name in ("record_on", "ignore"):
-            types = getattr(self, name)
-            if not isinstance(types, tuple) or not all(
-                isinstance(t, type) and issubclass(t, BaseException) for t in types
-            ):
-                _bad(name, types, "a tuple of exception classes")
-        if self.classifier is not None and not callable(self.classifier):
-            _bad("classifier", self.classifier, "a callable or None")
-
-    @classmethod
-    def for_kind(cls, kind: str) -> BreakerPolicy:
-        """The defaults for a kind of dependency (see ``KINDS``); unknown kinds raise ConfigError.
-
-        Thresholds and open durations follow the reliability guide's per-tool-type table; the
-        window holds the last ``2 * threshold`` calls, so a kind trips once at least half of its
-        recent calls (and at least ``threshold`` of them) failed. That approximates the guide's
-        own breaker, where each success cancels one failure.
-        """
-        try:
-            threshold, open_for = KINDS[kind]
-        except KeyError:
-            raise ConfigError(
-                f"BreakerPolicy.for_kind: unknown kind {kind!r}; known kinds: {', '.join(KINDS)}"
-            ) from None
-        return cls(
-            failure_threshold=threshold,
-            window="count",
-            window_size=2 * threshold,
-            open_duration=open_for,
-        )
-
-    @property
-    def open_duration_cap(self) -> float:
-        """The longest a grown open period lasts."""
-        if self.max_open_duration is not None:
-            return self.max_open_duration
-        return 10 * self.open_duration
-
-    def open_duration_for(self, trips: int) -> float:
-        """How long the ``trips``-th consecutive trip (from 1) stays open."""
-        cap = self.open_duration_cap
-        duration = float(self.open_duration)
-        for _ in range(max(0, trips - 1)):  # a loop, not `**`: growth**trips overflows
-            duration *= self.open_growth
-            if duration >= cap:
-                return float(cap)
-        return min(duration, float(cap))
-
-    def classify(self, exc: BaseException | None) -> Outcome:
-        """The outcome of a call that returned (``None``) or raised ``exc``.
-
-        A ``BaseException`` that is not an ``Exception`` (cancellation, ``KeyboardInterrupt``,
-        ``SystemExit``) means the call was interrupted, not answered: ``"cancelled"``.
-        """
-        if exc is None:
-            return "success"
-        if not isinstance(exc, Exception):
-            return "cancelled"
-        if self.classifier is not None:
-            decided = self.classifier(exc)
-            if decided is not None:
-                if decided not in _OUTCOMES:
-                    raise ConfigError(
-                        f"BreakerPolicy.classifier returned {decided!r}; "
-                        f"expected one of {', '.join(_OUTCOMES)} or None"
-                    )
-                return decided
-        if isinstance(exc, self.ignore):
-            return "ignored"
-        if isinstance(exc, self.record_on):
-            return "failure"
-        return "success"
-
-    def is_slow(self, duration: float) -> bool:
-        """Whether a call that took ``duration`` seconds counts as slow."""
-        return self.slow_call_duration is not None and duration > self.slow_call_duration
-
-
-#: Defaults by kind of dependency: (failure threshold, open duration in seconds).
-KINDS: Final[dict[str, tuple[int, float]]] = {
-    "external_api": (3, 30.0),  # third-party dependencies fail unpredictably
-    "database": (5, 60.0),  # DB trouble usually needs someone to act
-    "file_system": (10, 15.0),  # FS errors are often transient
-    "model": (2, 120.0),  # rate limits need a generous recovery time
-    "memory_store": (10, 10.0),  # local; fast recovery expected
-}
-
-
-def _number(value: object) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _positive(value: object) -> bool:
-    return _number(value) and value > 0
-
-
-def _whole(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-def _bad(field: str, value: object, expected: str) -> NoReturn:
-    got = "" if value is None else f", got {value!r}"
-    raise ConfigError(f"BreakerPolicy.{field} must be {expected}{got}")
 
 
 # -- state and events --------------------------------------------------------------------------
@@ -280,10 +96,15 @@ class BreakerState(msgspec.Struct, frozen=True, kw_only=True):
             stale and its answer is ignored.
         trips: consecutive trips since the last close (0 when closed).
         opened_at: when the current trip happened (``None`` when closed).
-        until: open: when a probe may go; half-open: when the running probe is re-armed (the
-            probe's release time once it was cancelled or ignored).
+        until: open: when a probe may go; half-open: when probes still running are re-armed
+            if every permit is out.
         reason: why the breaker last opened, for refusals.
         window: the recorded calls that still count (closed only; empty otherwise).
+        probes_admitted: half-open: the permits out (probes running or succeeded).
+        probes_passed: half-open: the probes of this open period that succeeded.
+
+    The probe counts came with ``half_open_probes``: an older snapshot decodes with both 0 (a
+    probe it had out died with the process that ran it, so the next caller probes).
     """
 
     status: Status = "closed"
@@ -293,10 +114,15 @@ class BreakerState(msgspec.Struct, frozen=True, kw_only=True):
     until: float = 0.0
     reason: str = ""
     window: tuple[CallSample, ...] = ()
+    probes_admitted: int = 0
+    probes_passed: int = 0
 
-    def remaining_open(self, now: float) -> float:
-        """Seconds before the next caller may be admitted (0 when closed or due)."""
+    def remaining_open(self, now: float, probes: int = 1) -> float:
+        """Seconds before the next caller may be admitted (0 when closed, due, or half-open
+        with one of its ``probes`` permits free)."""
         if self.status == "closed":
+            return 0.0
+        if self.status == "half_open" and self.probes_admitted < probes:
             return 0.0
         return max(0.0, self.until - now)
 
@@ -319,27 +145,55 @@ class BreakerOpened(Event):
 
 
 class BreakerHalfOpened(Event):
-    """The open time was over: one probe was admitted (or a hung probe was re-armed)."""
+    """The open time was over: a first probe was admitted; or, every permit being out past
+    ``until``, the probes still running were re-armed and this one admitted in their place."""
 
     at: float
     until: float
 
 
+class BreakerProbeAdmitted(Event):
+    """One more probe in the same half-open period (a permit was free)."""
+
+    at: float
+    until: float
+
+
+class BreakerProbePassed(Event):
+    """A probe succeeded, and more must succeed before the breaker closes."""
+
+    at: float
+
+
 class BreakerProbeReleased(Event):
-    """The probe was cancelled or raised an ignored exception: the next caller probes."""
+    """A probe was cancelled or raised an ignored exception: its permit is free again."""
 
     at: float
     outcome: str
 
 
 class BreakerClosed(Event):
-    """A probe succeeded: the window and the trip count start again."""
+    """The last of the probes succeeded: the window and the trip count start again."""
 
     at: float
 
 
+class BreakerReset(Event):
+    """A person reset the breaker: closed, its window and trip count forgotten."""
+
+    at: float
+    by: str
+
+
 BreakerEvent: TypeAlias = (
-    BreakerCallRecorded | BreakerOpened | BreakerHalfOpened | BreakerProbeReleased | BreakerClosed
+    BreakerCallRecorded
+    | BreakerOpened
+    | BreakerHalfOpened
+    | BreakerProbeAdmitted
+    | BreakerProbePassed
+    | BreakerProbeReleased
+    | BreakerClosed
+    | BreakerReset
 )
 
 
@@ -354,7 +208,7 @@ class CallToken(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Admitted(msgspec.Struct, frozen=True, kw_only=True):
-    """The call may go. ``probe``: it is the single half-open trial call."""
+    """The call may go. ``probe``: it is one of the half-open trial calls."""
 
     token: CallToken
 
@@ -369,18 +223,23 @@ class Refused(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         retry_at: the earliest time (epoch seconds) a call may be admitted.
         reason: why the breaker opened, e.g. ``"3 of the last 4 calls failed"``.
-        status: ``open``, or ``half_open`` while a probe is running.
+        status: ``open``, or ``half_open`` while every probe permit is out.
+        probes: how many trial calls the breaker lets through when half-open.
     """
 
     retry_at: float
     reason: str
     status: Literal["open", "half_open"]
+    probes: int = 1
 
     def describe(self, tool: str, now: float) -> str:
         """A sentence for the model: what is unavailable, why, and for how long."""
         wait = max(0.0, self.retry_at - now)
         if self.status == "half_open":
-            what = f"a single trial call is checking whether it recovered (it opened because {self.reason})"
+            checking = (
+                "a single trial call is" if self.probes == 1 else f"{self.probes} trial calls are"
+            )
+            what = f"{checking} checking whether it recovered (it opened because {self.reason})"
         else:
             what = f"its circuit breaker is open because {self.reason}"
         return (
@@ -441,14 +300,29 @@ class BreakerCore:
                 reason=event.reason,
             )
         if isinstance(event, BreakerHalfOpened):
+            # From open: the first probe. From half-open: a re-arm; the probes that succeeded
+            # still count, those running are stale (new generation) and give their permits up.
+            passed = state.probes_passed if state.status == "half_open" else 0
             return msgspec.structs.replace(
-                state, status="half_open", generation=state.generation + 1, until=event.until
+                state,
+                status="half_open",
+                generation=state.generation + 1,
+                until=event.until,
+                probes_admitted=passed + 1,
+                probes_passed=passed,
             )
+        if isinstance(event, BreakerProbeAdmitted):
+            return msgspec.structs.replace(
+                state, probes_admitted=state.probes_admitted + 1, until=event.until
+            )
+        if isinstance(event, BreakerProbePassed):
+            return msgspec.structs.replace(state, probes_passed=state.probes_passed + 1)
         if isinstance(event, BreakerProbeReleased):
-            return msgspec.structs.replace(
-                state, status="half_open", generation=state.generation + 1, until=event.at
-            )
-        if isinstance(event, BreakerClosed):
+            # No new generation: the other probes still running still count. (A journal of
+            # the one-probe breaker also re-armed here; the next caller probing at once is
+            # what both folds decide.)
+            return msgspec.structs.replace(state, probes_admitted=max(0, state.probes_admitted - 1))
+        if isinstance(event, BreakerClosed | BreakerReset):
             return BreakerState(generation=state.generation + 1)
         assert_never(event)
 
@@ -463,18 +337,28 @@ class BreakerCore:
     def admit(self, now: float) -> tuple[Admission, list[BreakerEvent]]:
         """May a call go now? Returns the answer and the events to journal.
 
-        Closed: always (no events). Open or half-open before ``until``: refused. At or after
-        ``until``: this caller becomes the one probe (``BreakerHalfOpened``); the probe is
-        re-armed after another open duration if it has not answered by then.
+        Closed: always (no events). Half-open with a probe permit free: this caller is one more
+        probe (``BreakerProbeAdmitted``). Otherwise, before ``until``: refused. At or after
+        ``until``: this caller becomes a probe (``BreakerHalfOpened``): the first of the open
+        period, or, every permit being out, in place of the probes still running, which are
+        re-armed (their answers will be stale). A probe may run for an open duration before
+        that.
         """
         state = self.state
         if state.status == "closed":
             return Admitted(token=CallToken(generation=state.generation, probe=False)), []
-        if now < state.until:
-            return Refused(retry_at=state.until, reason=state.reason, status=state.status), []
-        events: list[BreakerEvent] = [
-            BreakerHalfOpened(at=now, until=now + self.policy.open_duration_for(state.trips))
-        ]
+        probes = self.policy.half_open_probes
+        run_for = self.policy.open_duration_for(state.trips)
+        events: list[BreakerEvent]
+        if state.status == "half_open" and state.probes_admitted < probes:
+            events = [BreakerProbeAdmitted(at=now, until=max(state.until, now + run_for))]
+        elif now < state.until:
+            refusal = Refused(
+                retry_at=state.until, reason=state.reason, status=state.status, probes=probes
+            )
+            return refusal, []
+        else:
+            events = [BreakerHalfOpened(at=now, until=now + run_for)]
         self._emit(events)
         return Admitted(token=CallToken(generation=self.state.generation, probe=True)), events
 
@@ -486,8 +370,8 @@ class BreakerCore:
         ``duration`` is the call's own run time (for slow-call tracking); ``now`` is when it
         ended. Use :meth:`BreakerPolicy.classify` to turn an exception into an outcome.
         """
-        if outcome not in _OUTCOMES:
-            raise ValueError(f"outcome must be one of {', '.join(_OUTCOMES)}, not {outcome!r}")
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
         state = self.state
         if token.generation != state.generation:
             return []  # admitted before the last transition: stale
@@ -500,14 +384,11 @@ class BreakerCore:
             if outcome in ("ignored", "cancelled"):
                 events = [BreakerProbeReleased(at=now, outcome=outcome)]
             elif outcome == "failure" or (slow and policy.slow_call_rate is not None):
-                why = (
-                    "the trial call failed"
-                    if outcome == "failure"
-                    else f"the trial call took {duration:g} s (slow above {policy.slow_call_duration:g} s)"
-                )
-                events = [self._opened(now, state.trips + 1, why)]
-            else:
+                events = [self._opened(now, state.trips + 1, self._probe_failed(outcome, duration))]
+            elif state.probes_passed + 1 >= policy.half_open_probes:
                 events = [BreakerClosed(at=now)]
+            else:
+                events = [BreakerProbePassed(at=now)]
         else:
             if state.status != "closed":  # pragma: no cover - generation guards this
                 return []
@@ -517,19 +398,34 @@ class BreakerCore:
             if not (failed or slow) and not self._success_matters():
                 return []
             recorded = BreakerCallRecorded(at=now, failed=failed, slow=slow)
-            events = [recorded]
-            if failed or slow:
-                reason = self._trip_reason(self.apply(state, recorded).window, now)
-                if reason is not None:
-                    events.append(self._opened(now, 1, reason))
+            # Every recorded call is judged, a success too: it may be the call that brings
+            # the window to ``minimum_calls`` with the rate already over the limit (5 calls,
+            # 3 failed: 60 %), as resilience4j judges each call its window records. Applied
+            # once: the fold prunes the window as of ``now``, which is what is judged.
+            self.state = self.apply(state, recorded)
+            reason = self._trip_reason(self.state.window)
+            if reason is None:
+                return [recorded]
+            events = [self._opened(now, 1, reason)]
+            self._emit(events)
+            return [recorded, *events]
+        self._emit(events)
+        return events
+
+    def reset(self, now: float, *, by: str) -> list[BreakerEvent]:
+        """A person closes the breaker (resilience4j ``reset()``, pybreaker ``close()``): closed,
+        its window and trip count forgotten, whatever its state. Calls still running were
+        admitted before the reset: their answers are stale. Returns the event to journal."""
+        events: list[BreakerEvent] = [BreakerReset(at=now, by=by)]
         self._emit(events)
         return events
 
     # -- queries -------------------------------------------------------------------------------
 
     def remaining_open(self, now: float) -> float:
-        """Seconds before the next caller may be admitted (0 when closed or due)."""
-        return self.state.remaining_open(now)
+        """Seconds before the next caller may be admitted (0 when closed, due, or half-open
+        with a probe permit free)."""
+        return self.state.remaining_open(now, self.policy.half_open_probes)
 
     def counts(self, now: float) -> WindowCounts:
         """The window's counts as of ``now`` (closed state; zeros otherwise)."""
@@ -546,6 +442,16 @@ class BreakerCore:
         for event in events:
             self.state = self.apply(self.state, event)
 
+    def _probe_failed(self, outcome: Outcome, duration: float) -> str:
+        """Why a probe opened the breaker again, for refusals."""
+        probes = self.policy.half_open_probes
+        notes = [] if outcome == "failure" else [f"slow above {self.policy.slow_call_duration:g} s"]
+        if probes > 1:
+            notes.append(f"{self.state.probes_passed} of {probes} had succeeded")
+        what = "the trial call" if probes == 1 else "a trial call"
+        why = f"{what} failed" if outcome == "failure" else f"{what} took {duration:g} s"
+        return f"{why} ({'; '.join(notes)})" if notes else why
+
     def _opened(self, now: float, trips: int, reason: str) -> BreakerOpened:
         until = now + self.policy.open_duration_for(trips)
         return BreakerOpened(at=now, until=until, reason=reason, trips=trips)
@@ -556,7 +462,8 @@ class BreakerCore:
         return self._prune(window, now)
 
     def _success_matters(self) -> bool:
-        """Whether recording a clean success can change a later decision.
+        """Whether recording a clean success can change a decision, now or later (a success
+        that is not recorded is not judged either: it could not trip).
 
         Count window: only if the window is not yet full, or still holds a failure or slow
         call that the success would push out. Time window: only if rates are judged (a
@@ -568,12 +475,14 @@ class BreakerCore:
         window = self.state.window
         return len(window) < policy.window_size or any(s.failed or s.slow for s in window)
 
-    def _trip_reason(self, window: tuple[CallSample, ...], now: float) -> str | None:
+    def _trip_reason(self, window: tuple[CallSample, ...]) -> str | None:
+        """Why ``window`` (pruned as of the call just recorded) trips the breaker, or None."""
         policy = self.policy
-        window = self._live(window, now)
         calls = len(window)
-        failures = sum(s.failed for s in window)
-        slow = sum(s.slow for s in window)
+        failures = slow = 0
+        for sample in window:  # one pass: a time window may hold thousands of calls
+            failures += sample.failed
+            slow += sample.slow
         span = (
             f"the last {calls} calls"
             if policy.window == "count"

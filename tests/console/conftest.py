@@ -1,0 +1,119 @@
+"""Fixtures of the console's tests: a store with refunds waiting for approval (made by a real
+runtime, then closed), a token file, and the console app under Starlette's test client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from starlette.testclient import TestClient
+
+import tether
+from tests.console.agents import GOAL, CarefulRefundAgent, RefundAgent
+from tether.console import ConsoleConfig, create_app
+from tether.console.tokens import TokenFile
+
+BASE = "http://console.test"
+
+
+@dataclass
+class Store:
+    db: Path
+    requests: dict[str, str]  # session id -> its pending request id
+
+
+def hold(db: Path, orders: dict[str, type[Any]]) -> Store:
+    """Run an agent runtime on ``db`` until each session (``refund-<order>``, of the class
+    given) holds its refund for approval; then close it. The requests, by session."""
+
+    async def run() -> dict[str, str]:
+        async with tether.Runtime(db, poll_interval=0.02) as rt:
+            for order, cls in orders.items():
+                ref = await rt.spawn(cls, f"refund-{order}", goal=GOAL)
+                await ref.tell(tether.UserMessage(f"please refund order {order}"))
+            with anyio.fail_after(20):
+                while len(pending := await rt.approvals.pending()) < len(orders):
+                    await anyio.sleep(0.02)
+            return {p.session_id: p.request_id for p in pending}
+
+    return Store(db, anyio.run(run, backend="asyncio"))
+
+
+@pytest.fixture(scope="session")
+def _template(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    db = tmp_path_factory.mktemp("console") / "agents.db"
+    return hold(db, {"42": RefundAgent, "43": RefundAgent, "44": CarefulRefundAgent})
+
+
+@pytest.fixture
+def store(_template: Store, tmp_path: Path) -> Store:
+    """A fresh copy of a store where refund-42 and refund-43 (one approver each) and
+    refund-44 (two approvers) wait for approval."""
+    db = tmp_path / "agents.db"
+    db.write_bytes(_template.db.read_bytes())
+    return Store(db, dict(_template.requests))
+
+
+@dataclass
+class Tokens:
+    path: Path
+    alice: str
+    bob: str
+    victor: str  # role view
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Tokens:
+    path = tmp_path / "tokens.json"
+    file = TokenFile(path)
+    return Tokens(
+        path,
+        alice=file.add("alice", "approve"),
+        bob=file.add("bob", "approve"),
+        victor=file.add("victor", "view"),
+    )
+
+
+Client = Callable[..., TestClient]
+
+
+@pytest.fixture
+def console(store: Store, tokens: Tokens) -> Iterator[Client]:
+    """``console(**config)``: a started console on ``store`` (token mode unless told), as a
+    test client; closed after the test."""
+    started: list[TestClient] = []
+
+    def make(client: tuple[str, int] = ("127.0.0.1", 50000), **config: Any) -> TestClient:
+        settings: dict[str, Any] = {
+            "db": str(store.db),
+            "auth": "token",
+            "tokens": str(tokens.path),
+        }
+        settings.update(config)
+        app = create_app(ConsoleConfig(**settings))
+        test_client = TestClient(app, base_url=BASE, client=client, follow_redirects=False)
+        test_client.__enter__()
+        started.append(test_client)
+        return test_client
+
+    yield make
+    for c in started:
+        c.__exit__(None, None, None)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def audit_of(db: Path) -> list[tether.AuditRecord]:
+    async with tether.Runtime(db, serve=False) as rt:
+        return list(reversed(await rt.store.list_audit(limit=1000)))
+
+
+def audit(db: Path) -> list[tether.AuditRecord]:
+    """The store's audit log, oldest first."""
+    return anyio.run(audit_of, db, backend="asyncio")

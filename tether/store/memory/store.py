@@ -1,0 +1,468 @@
+"""``MemoryStore``: the same semantics as ``SqliteStore``, in dicts, for fast tests.
+
+It is what ``Runtime(":memory:")`` uses. It shares nothing between processes and survives
+nothing, so it is for tests of actor logic, never for durability. Its writes never wait: it
+offers them to the committer as its ``immediate`` path (``tether.store.protocol``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+import msgspec
+
+from tether.store.admin import OnCorrupt
+from tether.store.memory import writes
+from tether.store.memory.tables import Row, Tables, due
+from tether.store.protocol import ImmediateWrites
+from tether.store.records import (
+    ActorRecord,
+    ApprovalRecord,
+    AuditRecord,
+    Batch,
+    BatchResult,
+    DeadLetter,
+    EffectRecord,
+    JournalRow,
+    MessageCursor,
+    MessagePage,
+    NewMessage,
+    Reply,
+    RuntimeRecord,
+    ScannedMessage,
+    Snapshot,
+    StoredMessage,
+)
+from tether.store.reuse import UNSETTLED, left_in_mailbox, reuse_blockers
+from tether.store.sequence import cursor_at, seq_after
+
+
+class MemoryStore(Tables):
+    """A store in process memory. See the module docstring.
+
+    Args:
+        clock: the lease clock (seconds since the epoch); default: the system's.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
+        super().__init__(clock)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def immediate(self) -> ImmediateWrites | None:
+        # Withdrawn while one of its appliers is replaced on the instance (a test wrapping one
+        # to inject failures): the wrapper must then see every write, through ``apply``.
+        # Three plain lookups, no generator: the committer reads this on every write.
+        own = self.__dict__
+        if "apply" in own or "apply_sync" in own or "apply_one" in own:
+            return None
+        return self
+
+    async def open(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    async def migrate(self, *, force: bool = False) -> tuple[int, int]:
+        return (0, 0)  # no schema: nothing to upgrade
+
+    async def apply(self, batch: Batch) -> BatchResult:
+        return self.apply_sync(batch)
+
+    apply_sync = writes.apply_sync
+    apply_one = writes.apply_one
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def store_time(self) -> float:
+        self._check()
+        return self.clock()
+
+    async def get_actor(self, actor_id: str) -> ActorRecord | None:
+        self._check()
+        return self.actors.get(actor_id)
+
+    async def list_actors(
+        self,
+        *,
+        parent_id: str | None = None,
+        on_corrupt: OnCorrupt | None = None,
+    ) -> list[ActorRecord]:
+        self._check()  # records held decoded: never damaged, on_corrupt is never called
+        recs = [r for r in self.actors.values() if parent_id is None or r.parent_id == parent_id]
+        return sorted(recs, key=lambda r: (r.created_at, r.actor_id))
+
+    async def load_snapshot(self, actor_id: str) -> Snapshot | None:
+        self._check()
+        return self.snapshots.get(actor_id)
+
+    async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
+        self._check()
+        rows = self.journal.get(actor_id, [])
+        return [r for r in rows if r.seq > after_seq][:limit]
+
+    def _stored(self, row: Row) -> StoredMessage:
+        m = row.msg
+        return StoredMessage(
+            msg_id=m.msg_id,
+            actor_id=m.actor_id,
+            type=m.type,
+            payload=m.payload,
+            deliver_at=m.deliver_at,
+            attempts=row.attempts,
+            errors=list(row.errors),
+            wants_reply=m.wants_reply,
+            seq=row.seq,
+            parks=row.parks,
+        )
+
+    async def pending(
+        self,
+        actor_id: str,
+        now: float,
+        limit: int,
+        *,
+        on_corrupt: OnCorrupt | None = None,
+    ) -> list[StoredMessage]:
+        self._check()
+        rows = [r for r in self.mailbox.values() if r.msg.actor_id == actor_id and due(r.msg, now)]
+        return [self._stored(r) for r in rows[:limit]]
+
+    async def list_messages(
+        self, actor_id: str, limit: int, *, on_corrupt: OnCorrupt | None = None
+    ) -> list[StoredMessage]:
+        self._check()
+        rows = [r for r in self.mailbox.values() if r.msg.actor_id == actor_id]
+        return [self._stored(r) for r in rows[:limit]]
+
+    async def scan_messages(
+        self,
+        cursor: MessageCursor | None,
+        now: float,
+        limit: int,
+        *,
+        skip_prefix: str | None = None,
+    ) -> MessagePage:
+        # The cursor is the last mailbox seq returned: one writer (this event loop) makes seq
+        # order commit order. A message made ready again is re-inserted with a new seq.
+        self._check()
+        after = seq_after(cursor, "a memory store")
+        rows: list[Row] = []
+        for r in self.mailbox.values():  # dict order is seq order (Tables.mailbox)
+            if (
+                r.seq > after
+                and due(r.msg, now)
+                and not (skip_prefix and r.parks == 0 and r.msg.msg_id.startswith(skip_prefix))
+            ):
+                rows.append(r)
+                if len(rows) >= limit:
+                    break
+        return MessagePage(
+            messages=[ScannedMessage(r.msg.actor_id, r.msg.msg_id, r.parks > 0) for r in rows],
+            cursor=cursor_at(rows[-1].seq if rows else after),
+            more=len(rows) >= limit,
+        )
+
+    async def orphaned(self, now: float, limit: int) -> list[str]:
+        self._check()
+        lease_now = self.clock()  # leases run on the store's clock
+        out: dict[str, None] = {}
+        for r in self.mailbox.values():
+            rec = self.actors.get(r.msg.actor_id)
+            if rec is None or not due(r.msg, now):
+                continue
+            if (
+                rec.lease_owner is None
+                or rec.lease_expires < lease_now
+                or rec.lease_owner not in self.runtimes
+            ):
+                out[rec.actor_id] = None
+        return list(out)[:limit]
+
+    async def due_between(self, after: float, upto: float) -> list[str]:
+        self._check()
+        ids = (
+            r.msg.actor_id
+            for r in self.mailbox.values()
+            if after < r.msg.deliver_at <= upto and r.msg.deliver_at > r.msg.created_at
+        )
+        return list(dict.fromkeys(ids))
+
+    async def get_replies(self, msg_ids: list[str]) -> list[Reply]:
+        self._check()
+        return [self.replies[m].reply for m in msg_ids if m in self.replies]
+
+    async def find_dedup(self, actor_id: str, dedup_key: str) -> str | None:
+        self._check()
+        hit = self.dedup.get((actor_id, dedup_key))
+        return hit[0] if hit else None
+
+    async def watchers(self, actor_id: str) -> list[str]:
+        self._check()
+        return sorted(self.watches.get(actor_id, set()))
+
+    async def renew_leases(self, owner: str, ttl: float) -> None:
+        self._check()
+        expires = self.clock() + ttl
+        for k, rec in self.actors.items():
+            if rec.lease_owner == owner:
+                self.actors[k] = msgspec.structs.replace(rec, lease_expires=expires)
+
+    async def register_runtime(self, runtime_id: str, host: str, pid: int, started: float) -> None:
+        self._check()
+        self.runtimes[runtime_id] = RuntimeRecord(runtime_id, host, pid, started)
+
+    async def list_runtimes(self, *, on_corrupt: OnCorrupt | None = None) -> list[RuntimeRecord]:
+        self._check()
+        return sorted(self.runtimes.values(), key=lambda r: r.runtime_id)
+
+    async def remove_runtime(self, runtime_id: str) -> None:
+        self._check()
+        self.runtimes.pop(runtime_id, None)
+        for k, rec in self.actors.items():
+            if rec.lease_owner == runtime_id:
+                self.actors[k] = msgspec.structs.replace(rec, lease_owner=None, lease_expires=0.0)
+
+    async def dead_letters(
+        self,
+        actor_id: str | None = None,
+        *,
+        on_corrupt: OnCorrupt | None = None,
+    ) -> list[DeadLetter]:
+        self._check()
+        out = [d for d in self.dead.values() if actor_id is None or d.actor_id == actor_id]
+        return sorted(out, key=lambda d: d.created_at)
+
+    async def dead_letter(self, msg_id: str) -> DeadLetter | None:
+        self._check()
+        return self.dead.get(msg_id)
+
+    async def reuse_id(self, record: ActorRecord, *, dependents: Sequence[str] = ()) -> list[str]:
+        self._check()
+        actor_id = record.actor_id
+        old = self.actors.get(actor_id)
+        mine = sorted(
+            (e for e in self.effects.values() if e.actor_id == actor_id),
+            key=lambda e: (e.created_at, e.msg_id, e.idx),
+        )
+        unsettled = [(e.key, e.tool, e.status) for e in mine if e.status in UNSETTLED]
+        blockers = reuse_blockers(actor_id, None if old is None else old.status, unsettled)
+        if blockers or old is None:
+            return blockers
+        gone = {actor_id, *dependents}
+        # What PREDECESSOR_ROWS names, table by table.
+        for a in gone:
+            self.journal.pop(a, None)
+            self.snapshots.pop(a, None)
+        for slot in [s for s, e in self.effects.items() if e.actor_id in gone]:
+            del self.effects[slot]
+        for rid in [r for r, a in self.approvals.items() if a.actor_id in gone]:
+            del self.approvals[rid]
+        for k in [k for k in self.dedup if k[0] in gone]:
+            del self.dedup[k]
+        for watchers in self.watches.values():
+            watchers.difference_update(gone)
+        for a in dependents:
+            dep = self.actors.get(a)
+            if dep is not None:
+                self.actors[a] = msgspec.structs.replace(
+                    dep, fence=dep.fence + 1, lease_owner=None, lease_expires=0.0
+                )
+        why = left_in_mailbox(actor_id)
+        for msg_id in [m for m, r in self.mailbox.items() if r.msg.actor_id == actor_id]:
+            writes.dead_letter(self, msg_id, why, record.created_at)
+        self.actors[actor_id] = msgspec.structs.replace(
+            record,
+            status="active",
+            stop_reason=None,
+            fence=old.fence,
+            lease_owner=None,
+            lease_expires=0.0,
+        )
+        return []
+
+    async def retry_dead_letter(
+        self, msg_id: str, now: float, *, audit: AuditRecord | None = None
+    ) -> DeadLetter | None:
+        self._check()
+        d = self.dead.pop(msg_id, None)
+        if d is None:
+            return None
+        self.append_audit_row(audit)
+        self.replies.pop(msg_id, None)
+        msg = NewMessage(
+            msg_id=d.msg_id,
+            actor_id=d.actor_id,
+            type=d.type,
+            payload=d.payload,
+            deliver_at=now,
+            created_at=now,
+        )
+        # parks=1: the message has a past (ledger rows, approvals) its next delivery must read
+        # A new seq: ready again for every scan.
+        self.mailbox[msg_id] = Row(seq=self.next_seq(), msg=msg, parks=1)
+        return d
+
+    async def discard_dead_letter(self, msg_id: str, *, audit: AuditRecord | None = None) -> bool:
+        self._check()
+        if self.dead.pop(msg_id, None) is None:
+            return False
+        self.append_audit_row(audit)
+        return True
+
+    async def purge(self, before: float) -> int:
+        self._check()
+        old_keys = [k for k, (_, at) in self.dedup.items() if at < before]
+        old_replies = [k for k, r in self.replies.items() if r.created_at < before]
+        for k in old_keys:
+            del self.dedup[k]
+        for m in old_replies:
+            del self.replies[m]
+        return len(old_keys) + len(old_replies)
+
+    # -- the effects ledger -------------------------------------------------------------------
+
+    async def effects_of(self, actor_id: str, msg_id: str) -> list[EffectRecord]:
+        self._check()
+        rows = [e for e in self.effects.values() if e.actor_id == actor_id and e.msg_id == msg_id]
+        return sorted(rows, key=lambda e: e.idx)
+
+    async def find_effects(
+        self,
+        *,
+        actor_id: str | None = None,
+        status: str | None = None,
+        key: str | None = None,
+        on_corrupt: OnCorrupt | None = None,
+    ) -> list[EffectRecord]:
+        self._check()
+        rows = [
+            e
+            for e in self.effects.values()
+            if (actor_id is None or e.actor_id == actor_id)
+            and (status is None or e.status == status)
+            and (key is None or e.key == key)
+        ]
+        return sorted(rows, key=lambda e: (e.created_at, e.actor_id, e.msg_id, e.idx))
+
+    async def recent_effects(
+        self,
+        actor_id: str,
+        limit: int,
+        *,
+        after: float | None = None,
+        exclude_tools: Collection[str] = (),
+    ) -> list[EffectRecord]:
+        self._check()
+        if limit < 0:
+            raise ValueError(f"recent_effects: limit must be >= 0, not {limit}")
+        rows = sorted(
+            (
+                e
+                for e in self.effects.values()
+                if e.actor_id == actor_id
+                and (after is None or e.created_at > after)
+                and e.tool not in exclude_tools
+            ),
+            key=lambda e: (e.created_at, e.msg_id, e.idx),
+        )
+        return rows[-limit:] if limit else []  # (rows[-0:] would be every row)
+
+    async def resolve_effect(
+        self, key: str, record: EffectRecord, now: float, *, audit: AuditRecord | None = None
+    ) -> EffectRecord | None:
+        self._check()
+        found = [e for e in self.effects.values() if e.key == key and e.status == "quarantined"]
+        if not found:
+            return None
+        old = found[0]
+        writes.upsert_effect(self, record)
+        writes.unpark(self, old.msg_id, now)
+        self.append_audit_row(audit)
+        return record
+
+    async def unpark(self, msg_id: str, now: float) -> bool:
+        self._check()
+        return writes.unpark(self, msg_id, now)
+
+    async def find_approvals(
+        self,
+        *,
+        status: str | None = None,
+        actor_id: str | None = None,
+        request_id: str | None = None,
+        on_corrupt: OnCorrupt | None = None,
+    ) -> list[ApprovalRecord]:
+        # Records are kept decoded here: nothing can be corrupt, so on_corrupt is never called.
+        self._check()
+        rows = [
+            a
+            for a in self.approvals.values()
+            if (status is None or a.status == status)
+            and (actor_id is None or a.actor_id == actor_id)
+            and (request_id is None or a.request_id == request_id)
+        ]
+        return sorted(rows, key=lambda a: (a.created_at, a.request_id))
+
+    async def update_approval(
+        self,
+        record: ApprovalRecord,
+        expected_version: int,
+        *,
+        audit: AuditRecord | None = None,
+        notices: Sequence[NewMessage] = (),
+    ) -> bool:
+        self._check()
+        old = self.approvals.get(record.request_id)
+        if old is None or old.version != expected_version:
+            return False
+        self.approvals[record.request_id] = record
+        if record.status != "pending":
+            writes.unpark(self, record.msg_id, record.decided_at or 0.0)
+        result = BatchResult()
+        for m in notices:
+            writes.insert(self, m, result)
+        self.append_audit_row(audit)
+        return True
+
+    async def append_audit(self, record: AuditRecord) -> int:
+        self._check()
+        return self.append_audit_row(record)
+
+    async def list_audit(
+        self,
+        *,
+        target: str | None = None,
+        actor_id: str | None = None,
+        before: int | None = None,
+        limit: int = 100,
+    ) -> list[AuditRecord]:
+        self._check()
+        if limit < 0:
+            raise ValueError(f"list_audit: limit must be >= 0, not {limit}")
+        out: list[AuditRecord] = []
+        for a in reversed(self.audit):
+            if len(out) >= limit:
+                break
+            if (
+                (target is None or a.target == target)
+                and (actor_id is None or a.actor_id == actor_id)
+                and (before is None or a.seq < before)
+            ):
+                out.append(a)
+        return out
+
+    async def purge_receipts(self, before: float) -> int:
+        self._check()
+        old = [
+            slot
+            for slot, e in self.effects.items()
+            if e.status in ("done", "failed", "aborted")
+            and e.updated_at < before
+            and e.msg_id not in self.mailbox
+        ]
+        for slot in old:
+            del self.effects[slot]
+        return len(old)

@@ -1,0 +1,374 @@
+"""``SqliteStore``: the embedded default, on the standard ``sqlite3`` module.
+
+Layout of the work, and why:
+
+* One writer connection, WAL, ``BEGIN IMMEDIATE`` per batch, each connection on a thread of
+  its own and each transaction run there whole, in one thread hop (``conn.py``). A batch is a
+  fixed handful of statements whatever its size (``writes.py``, one function per write kind).
+* One reader connection for everything else; WAL lets it read while the writer writes.
+* The schema carries a version; a store of another version is refused, an older one with the
+  command that upgrades it (``schema.py``, ``migrations.py``).
+* One writer at a time (SQLite's write lock, across processes too) makes the mailbox's
+  sequence order its commit order: the message scan's cursor is that sequence
+  (``scan_messages``), and the fence check at the top of a batch cannot be overtaken.
+* Leases are judged on ``clock`` (the ``Runtime`` passes its own through ``open_store``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import anyio
+
+from tether.errors import StoreError, StoreOpenError
+from tether.store.admin import OnCorrupt
+from tether.store.records import (
+    ActorRecord,
+    AuditRecord,
+    Batch,
+    BatchResult,
+    DeadLetter,
+    JournalRow,
+    MessageCursor,
+    MessagePage,
+    Reply,
+    RuntimeRecord,
+    ScannedMessage,
+    Snapshot,
+    StoredMessage,
+)
+from tether.store.sequence import cursor_at, seq_after
+from tether.store.sqlite import audit as audit_log
+from tether.store.sqlite import migrations, reuse, rows, writes
+from tether.store.sqlite.audit import AuditLog
+from tether.store.sqlite.conn import Connection, Database, Tx, chunks
+from tether.store.sqlite.ledger import Ledger
+from tether.store.sqlite.schema import ensure_schema
+
+Durability = Literal["full", "normal"]
+
+_ALL_DUE = 9.0e18  # a ``now`` later than every deliver_at: the whole mailbox
+
+
+class SqliteStore(Ledger, AuditLog):
+    """A store in one SQLite file (``":memory:"``: a private in-memory database).
+
+    Args:
+        path: the file; created if missing (unless ``create`` is False).
+        durability: ``"full"`` (an acknowledged write survives power loss:
+            ``synchronous=FULL``) or ``"normal"`` (survives a process crash).
+        clock: the lease clock (seconds since the epoch); default: the system's.
+        create: False refuses to open a file that does not hold a store yet (a tool that
+            only administers stores).
+    """
+
+    immediate: None = None  # every write waits for the writer thread
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "full",
+        clock: Callable[[], float] | None = None,
+        create: bool = True,
+    ) -> None:
+        if durability not in ("full", "normal"):
+            raise StoreOpenError(f"durability must be 'full' or 'normal', not {durability!r}")
+        self.path = os.fspath(path)
+        self.durability = durability
+        self.clock = clock if clock is not None else time.time
+        self._db = Database(self.path, synchronous=durability.upper(), create=create)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._db.open(self._ensure_schema)
+
+    async def _ensure_schema(self, tx: Tx) -> None:
+        await ensure_schema(
+            tx, self.path, create=self._db.create, can_migrate=migrations.can_migrate
+        )
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def migrate(self, *, force: bool = False) -> tuple[int, int]:
+        if self._db.writer is not None:
+            raise StoreError(f"store {self.path!r} is open: migrate it before opening it")
+        return await anyio.to_thread.run_sync(
+            functools.partial(migrations.migrate, self.path, force=force)
+        )
+
+    def _w(self) -> Connection:
+        """The writer connection (tests set pragmas on it)."""
+        return self._db.w()
+
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return await self._db.read(sql, params)
+
+    async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
+        """A small write outside the group committer: each statement's changed-row count."""
+
+        async def statements(db: Tx) -> list[int]:
+            return [(await db.execute(sql, params)).rowcount for sql, params in sql_params]
+
+        return await self._db.transaction(statements)
+
+    # -- the batch ----------------------------------------------------------------------------
+
+    async def apply(self, batch: Batch) -> BatchResult:
+        db = self._db.w()
+        try:
+            # One thread hop: BEGIN, every write, COMMIT (or ROLLBACK) run on the writer thread.
+            return await db.transaction(lambda tx: writes.apply(tx, batch, self.clock))
+        except sqlite3.Error as exc:
+            raise StoreError(f"batch not applied to {self.path!r}: {exc}") from exc
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def store_time(self) -> float:
+        return self.clock()
+
+    async def get_actor(self, actor_id: str) -> ActorRecord | None:
+        found = await self._read(
+            f"SELECT {rows.ACTOR_COLUMNS} FROM actors WHERE actor_id = ?", (actor_id,)
+        )
+        return rows.actor(found[0]) if found else None
+
+    async def list_actors(
+        self, *, parent_id: str | None = None, on_corrupt: OnCorrupt | None = None
+    ) -> list[ActorRecord]:
+        sql = f"SELECT {rows.ACTOR_COLUMNS} FROM actors"
+        if parent_id is None:
+            found = await self._read(sql + " ORDER BY created_at, actor_id")
+        else:
+            found = await self._read(
+                sql + " WHERE parent_id = ? ORDER BY created_at, actor_id", (parent_id,)
+            )
+        checked = rows.checked("actors", found, rows.ACTOR_TYPES, on_corrupt)
+        return [ActorRecord(*r) for r in checked]
+
+    async def load_snapshot(self, actor_id: str) -> Snapshot | None:
+        found = await self._read("SELECT seq, state FROM snapshots WHERE actor_id = ?", (actor_id,))
+        return Snapshot(seq=found[0][0], state=found[0][1]) if found else None
+
+    async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
+        found = await self._read(
+            "SELECT seq, payload FROM journal WHERE actor_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (actor_id, after_seq, limit),
+        )
+        return [JournalRow(seq, payload) for seq, payload in found]
+
+    async def pending(
+        self, actor_id: str, now: float, limit: int, *, on_corrupt: OnCorrupt | None = None
+    ) -> list[StoredMessage]:
+        # A deliver_at that is not a number is never "<= now" (SQLite orders text after every
+        # number): such a row is read too, to be reported, not left waiting unseen.
+        found = await self._read(
+            f"SELECT {rows.MAILBOX_COLUMNS} "
+            "FROM mailbox WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at "
+            "OR typeof(deliver_at) NOT IN ('real', 'integer')) ORDER BY seq LIMIT ?",
+            (actor_id, now, limit),
+        )
+        if on_corrupt is not None or not rows.all_typed(found, rows.MAILBOX_TYPES):
+            found = list(
+                rows.checked("mailbox", found, rows.MAILBOX_TYPES, on_corrupt, rows.msg_key)
+            )
+        return [
+            StoredMessage(
+                msg_id=msg_id,
+                actor_id=actor_id,
+                type=type_,
+                payload=payload,
+                deliver_at=deliver_at,
+                attempts=attempts,
+                errors=rows.decode_errors(errors, msg_id),
+                wants_reply=bool(wants_reply),
+                seq=seq,
+                parks=parks,
+            )
+            for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks in found
+        ]
+
+    async def list_messages(
+        self, actor_id: str, limit: int, *, on_corrupt: OnCorrupt | None = None
+    ) -> list[StoredMessage]:
+        return await self.pending(actor_id, _ALL_DUE, limit, on_corrupt=on_corrupt)
+
+    async def scan_messages(
+        self,
+        cursor: MessageCursor | None,
+        now: float,
+        limit: int,
+        *,
+        skip_prefix: str | None = None,
+    ) -> MessagePage:
+        # The cursor is the last mailbox seq returned: with one writer at a time, seq order
+        # is commit order, so no message can commit below it later. A message made ready
+        # again gets a seq above every one ever assigned (writes.unpark).
+        after = seq_after(cursor, "an SQLite store")
+        skip = "AND NOT (parks = 0 AND substr(msg_id, 1, ?) = ?) " if skip_prefix else ""
+        found = await self._read(
+            "SELECT seq, actor_id, msg_id, parks > 0 FROM mailbox WHERE seq > ? "
+            f"AND (deliver_at <= ? OR deliver_at = created_at) {skip}ORDER BY seq LIMIT ?",
+            (after, now, *((len(skip_prefix), skip_prefix) if skip_prefix else ()), limit),
+        )
+        last = found[-1][0] if found else after
+        return MessagePage(
+            messages=[ScannedMessage(a, m, bool(r)) for _, a, m, r in found],
+            cursor=cursor_at(last),
+            more=len(found) >= limit,
+        )
+
+    async def orphaned(self, now: float, limit: int) -> list[str]:
+        found = await self._read(
+            "SELECT DISTINCT m.actor_id FROM mailbox m JOIN actors a ON a.actor_id = m.actor_id "
+            "WHERE (m.deliver_at <= ? OR m.deliver_at = m.created_at) AND (a.lease_owner IS NULL OR a.lease_expires < ? "
+            "OR a.lease_owner NOT IN (SELECT runtime_id FROM runtimes)) LIMIT ?",
+            (now, self.clock(), limit),
+        )
+        return [r[0] for r in found]
+
+    async def due_between(self, after: float, upto: float) -> list[str]:
+        found = await self._read(
+            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ? "
+            "AND deliver_at > created_at",
+            (after, upto),
+        )
+        return [r[0] for r in found]
+
+    async def get_replies(self, msg_ids: list[str]) -> list[Reply]:
+        out: list[Reply] = []
+        for chunk in chunks(msg_ids):
+            marks = ",".join("?" * len(chunk))
+            found = await self._read(
+                f"SELECT msg_id, ok, payload FROM replies WHERE msg_id IN ({marks})", chunk
+            )
+            out.extend(Reply(msg_id=m, ok=bool(ok), payload=p) for m, ok, p in found)
+        return out
+
+    async def find_dedup(self, actor_id: str, dedup_key: str) -> str | None:
+        found = await self._read(
+            "SELECT msg_id FROM dedup WHERE actor_id = ? AND dedup_key = ?", (actor_id, dedup_key)
+        )
+        return str(found[0][0]) if found else None
+
+    async def watchers(self, actor_id: str) -> list[str]:
+        found = await self._read(
+            "SELECT watcher FROM watches WHERE watched = ? ORDER BY watcher", (actor_id,)
+        )
+        return [r[0] for r in found]
+
+    async def dead_letter(self, msg_id: str) -> DeadLetter | None:
+        found = await self._read(
+            f"SELECT {rows.DEAD_COLUMNS} FROM dead_letters WHERE msg_id = ?", (msg_id,)
+        )
+        return rows.dead_letter(found[0]) if found else None
+
+    async def dead_letters(
+        self, actor_id: str | None = None, *, on_corrupt: OnCorrupt | None = None
+    ) -> list[DeadLetter]:
+        sql = f"SELECT {rows.DEAD_COLUMNS} FROM dead_letters"
+        found = await (
+            self._read(sql + " WHERE actor_id = ? ORDER BY created_at", (actor_id,))
+            if actor_id is not None
+            else self._read(sql + " ORDER BY created_at")
+        )
+        if on_corrupt is None:
+            return [rows.dead_letter(r) for r in found]
+        checked = rows.checked("dead_letters", found, rows.DEAD_TYPES, on_corrupt)
+        return [rows.dead_letter(r) for r in checked]
+
+    async def list_runtimes(self, *, on_corrupt: OnCorrupt | None = None) -> list[RuntimeRecord]:
+        found = await self._read(f"SELECT {rows.RUNTIME_COLUMNS} FROM runtimes ORDER BY runtime_id")
+        return [
+            rows.runtime(r) for r in rows.checked("runtimes", found, rows.RUNTIME_TYPES, on_corrupt)
+        ]
+
+    # -- leases and runtimes ------------------------------------------------------------------
+
+    async def renew_leases(self, owner: str, ttl: float) -> None:
+        async def renew(db: Tx) -> None:
+            await db.execute(
+                "UPDATE actors SET lease_expires = ? WHERE lease_owner = ?",
+                (self.clock() + ttl, owner),
+            )
+
+        await self._db.transaction(renew)
+
+    async def register_runtime(self, runtime_id: str, host: str, pid: int, started: float) -> None:
+        await self._write(
+            [
+                (
+                    "INSERT OR REPLACE INTO runtimes VALUES (?, ?, ?, ?)",
+                    (runtime_id, host, pid, started),
+                )
+            ]
+        )
+
+    async def remove_runtime(self, runtime_id: str) -> None:
+        await self._write(
+            [
+                ("DELETE FROM runtimes WHERE runtime_id = ?", (runtime_id,)),
+                (
+                    "UPDATE actors SET lease_owner = NULL, lease_expires = 0 WHERE lease_owner = ?",
+                    (runtime_id,),
+                ),
+            ]
+        )
+
+    # -- dead letters and retention -----------------------------------------------------------
+
+    async def reuse_id(self, record: ActorRecord, *, dependents: Sequence[str] = ()) -> list[str]:
+        return await self._db.transaction(
+            lambda tx: reuse.reuse_id(tx, record, dependents=dependents)
+        )
+
+    async def retry_dead_letter(
+        self, msg_id: str, now: float, *, audit: AuditRecord | None = None
+    ) -> DeadLetter | None:
+        letter = await self.dead_letter(msg_id)
+        if letter is None:
+            return None
+
+        async def move(db: Tx) -> bool:
+            cur = await db.execute(
+                # parks = 1: the message has a past (ledger rows, approvals) that its next
+                # delivery must read, though its attempts start again from 0. A new seq
+                # (AUTOINCREMENT): ready again for every runtime's scan.
+                "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, attempts, errors, wants_reply, created_at, parks) "
+                "SELECT msg_id, actor_id, type, payload, ?, 0, NULL, 0, ?, 1 FROM dead_letters WHERE msg_id = ?",
+                (now, now, msg_id),
+            )
+            if cur.rowcount != 1:
+                return False
+            await db.execute("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,))
+            await db.execute("DELETE FROM replies WHERE msg_id = ?", (msg_id,))
+            await audit_log.append(db, audit)
+            return True
+
+        return letter if await self._db.transaction(move) else None
+
+    async def discard_dead_letter(self, msg_id: str, *, audit: AuditRecord | None = None) -> bool:
+        async def delete(db: Tx) -> bool:
+            cur = await db.execute("DELETE FROM dead_letters WHERE msg_id = ?", (msg_id,))
+            if cur.rowcount != 1:
+                return False
+            await audit_log.append(db, audit)
+            return True
+
+        return await self._db.transaction(delete)
+
+    async def purge(self, before: float) -> int:
+        counts = await self._write(
+            [
+                ("DELETE FROM dedup WHERE created_at < ?", (before,)),
+                ("DELETE FROM replies WHERE created_at < ?", (before,)),
+            ]
+        )
+        return sum(counts)
