@@ -27,7 +27,8 @@ from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Banker, Do, Ping, Wire
 from tests.schema_v2 import as_schema_v2
 from tests.sqlite_files import audit_rows, dump, dump_but_audit
-from tether.cli import _is_session, main
+from tether.cli import main
+from tether.render.records import is_session
 from tether.store.records import ActorRecord
 from tether.store.sqlite.schema import SCHEMA_VERSION
 
@@ -194,7 +195,7 @@ def record(actor_id: str, parent_id: str | None = None) -> ActorRecord:
 def test_an_unimportable_class_counts_as_a_session_when_top_level_and_not_internal(
     actor_id: str, parent_id: str | None, expected: bool
 ) -> None:
-    assert _is_session(record(actor_id, parent_id)) is expected
+    assert is_session(record(actor_id, parent_id)) is expected
 
 
 def test_show_gives_record_state_journal_mailbox_effects_and_approvals(
@@ -810,7 +811,7 @@ def test_an_interrupt_exits_130_without_a_traceback(
     async def interrupted(rt: tether.Runtime, args: Any) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("tether.cli._cmd_tree", interrupted)
+    monkeypatch.setattr("tether.cli.sessions.cmd_tree", interrupted)
     code, _, err = cli(capsys, "--db", db, "tree")
     assert code == 130
     assert err == "tether: interrupted\n"
