@@ -9,8 +9,10 @@ from typing import Any
 import msgspec
 
 import tether
+from tether.actors.session import MODEL_TOOL
 from tether.cli.base import EXIT_OK, Corrupt, add_command, admin, whole_number
 from tether.cli.output import indent, pairs, print_json, table
+from tether.render.journal import decision, describe
 from tether.render.records import (
     MAILBOX_LIMIT,
     actor_summary,
@@ -22,7 +24,10 @@ from tether.render.records import (
     session_view,
 )
 from tether.render.text import compact, cut, decode, pretty, when
+from tether.runtime.approvals import view as approval_view
 from tether.store.records import ActorRecord
+
+_TEXT_WIDTH = 200  # a goal, belief or answer in ``show``: a detail view, cut only when long
 
 
 def register(commands: Any) -> None:
@@ -60,7 +65,7 @@ async def cmd_sessions(rt: tether.Runtime, args: argparse.Namespace) -> int:
     # A damaged row cannot say whether it is a session: it is listed as corrupt here too.
     corrupt = Corrupt()
     records = [r for r in await admin(rt).list_actors(on_corrupt=corrupt) if is_session(r)]
-    return await _list_actors(rt, args, records, "sessions", corrupt)
+    return await _list_actors(rt, args, records, "sessions", corrupt, sessions=True)
 
 
 async def _list_actors(
@@ -69,10 +74,21 @@ async def _list_actors(
     records: list[ActorRecord],
     what: str,
     corrupt: Corrupt,
+    *,
+    sessions: bool = False,
 ) -> int:
+    """The listing of ``actors`` and ``sessions``: STATUS is the actor's (an ``ActorStatus``,
+    as ``tether tree`` says it); a session's TASK is its ``SessionInfo.status``."""
     store = admin(rt)
     now, lease_now = rt.clock(), await store.store_time()
     rows = [await actor_summary(store, rec, now, lease_now, corrupt) for rec in records]
+    headers = ["ID", "CLASS", "STATUS", "MAILBOX", "PARKED", "JOURNAL", "LEASE"]
+    if sessions:
+        for row, rec in zip(rows, records, strict=True):
+            info = await session_view(rt, rec, corrupt)
+            row["task_status"] = info["status"] if info is not None else None
+            row["task"] = info["task"] if info is not None else None
+        headers.insert(3, "TASK")
     if args.json:
         print_json([*rows, *corrupt.json("id")])
     elif not rows and not corrupt.rows:
@@ -80,23 +96,23 @@ async def _list_actors(
     elif not rows:
         corrupt.print()
     else:
-        print(
-            table(
-                ["ID", "CLASS", "STATUS", "MAILBOX", "PARKED", "JOURNAL", "LEASE"],
-                [
-                    [
-                        r["id"],
-                        r["class"],
-                        r["status"],
-                        r["mailbox"],
-                        r["parked"],
-                        r["journal"],
-                        lease_text(r),
-                    ]
-                    for r in rows
-                ],
-            )
-        )
+        cells = [
+            [
+                r["id"],
+                r["class"],
+                r["status"],
+                r["mailbox"],
+                r["parked"],
+                r["journal"],
+                lease_text(r),
+            ]
+            for r in rows
+        ]
+        if sessions:
+            for cell, r in zip(cells, rows, strict=True):
+                task = "-" if r["task_status"] is None else r["task_status"]
+                cell.insert(3, f"task {r['task']} {task}" if r["task"] else task)
+        print(table(headers, cells))
         corrupt.print()
     corrupt.check()
     return EXIT_OK
@@ -118,7 +134,11 @@ async def cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     # Counted by the summary (damaged rows reported there); listed here.
     mailbox = await store.list_messages(rec.actor_id, MAILBOX_LIMIT, on_corrupt=Corrupt())
     effects = await store.find_effects(actor_id=rec.actor_id, on_corrupt=corrupt)
-    approvals = await rt.approvals.pending(rec.actor_id)
+    requests = [
+        approval_view(r)
+        for r in await store.find_approvals(actor_id=rec.actor_id, on_corrupt=corrupt)
+    ]
+    pending = await rt.approvals.pending(rec.actor_id)
     session = await session_view(rt, rec, corrupt)
     out: dict[str, Any] = {
         "actor": summary,
@@ -129,7 +149,8 @@ async def cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
         "journal": [{"seq": seq, "event": event} for seq, event in recent],
         "mailbox": [message_view(m, now) for m in mailbox],
         "effects": [effect_view(e) for e in effects],
-        "pending_approvals": [msgspec.to_builtins(a) for a in approvals],
+        "approvals": [msgspec.to_builtins(a) for a in requests],
+        "pending_approvals": [msgspec.to_builtins(a) for a in pending],
     }
     if corrupt.rows:
         out["corrupt"] = corrupt.json("key")
@@ -147,7 +168,7 @@ async def cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
                 ("actor", rec.actor_id),
                 ("class", rec.class_path),
                 ("parent", rec.parent_id or "-"),
-                ("status", rec.status + stop),
+                ("status", summary["status"] + stop),
                 ("lease", f"{lease} (fence {rec.fence})"),
                 ("created", when(rec.created_at, now)),
                 ("init", compact(out["init"])),
@@ -156,7 +177,7 @@ async def cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     )
     print()
     if session is not None:
-        print(_session_text(session))
+        print(session_text(session))
         print()
     if snap is None:
         print(f"state: no snapshot; the initial state folded with {len(after)} event(s)")
@@ -166,8 +187,8 @@ async def cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     print()
     shown = f"; the last {len(recent)}" if len(recent) < total else ""
     print(f"journal: {total} event(s){shown}")
-    for row in out["journal"]:
-        print(f"  {row['seq']:>6}  {compact(row['event'])}")
+    for seq, event in recent:
+        print(f"  {seq:>6}  {describe(event)}")
     print()
     print(f"mailbox: {len(mailbox)} message(s)")
     if mailbox:
@@ -179,19 +200,16 @@ async def cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     print()
     print(f"effects: {len(effects)}")
     for e in out["effects"]:
-        outcome = compact(e["result"]) if e["status"] == "done" else cut(e["error"] or "")
-        print(
-            f"  {e['key']}  #{e['index']} {e['tool']}({compact(e['args'])}) "
-            f"{e['status']}, {e['attempts']} attempt(s)" + (f" -> {outcome}" if outcome else "")
-        )
+        print("  " + _effect_line(e))
         if e["reason"]:
             print(f"      reason: {e['reason']}")
         for note in e["history"]:
             print(f"      - {note}")
     print()
-    print(f"pending approvals: {len(approvals)}")
-    for a in approvals:
-        print(f"  {a.request_id}  {a.tool}({compact(a.args)})  deadline {when(a.deadline, now)}")
+    waiting = sum(a.status == "pending" for a in requests)
+    print(f"approvals: {len(requests)} ({waiting} pending)")
+    for a in requests:
+        print("  " + approval_line(a, now))
     if corrupt.rows:
         print()
         corrupt.print()
@@ -199,14 +217,55 @@ async def cmd_show(rt: tether.Runtime, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _session_text(s: dict[str, Any]) -> str:
-    lines = [f"session: {s['status']}"]
+def session_text(s: dict[str, Any]) -> str:
+    """An agent session's ``SessionInfo`` (as ``msgspec.to_builtins`` gives it): its status,
+    goal, task and how it ended, belief and frontier."""
+    items = [("goal", cut(s["goal"], _TEXT_WIDTH))]
     if s["task"]:
         # Committed steps only: the one under way shows once it commits.
         done = f"{s['steps']} step(s) committed"
-        lines.append(f"  task {s['task']}, {done}: {cut(s['task_text'])}")
-    lines += [f"  {name}: {cut(s[name])}" for name in ("belief", "frontier", "outcome") if s[name]]
-    return "\n".join(lines)
+        items.append(("task", f"{s['task']}, {done}: {cut(s['task_text'], _TEXT_WIDTH)}"))
+    if s["status"] != "working" and s["outcome"]:
+        items.append(("outcome", cut(s["outcome"], _TEXT_WIDTH)))
+        if s["last_answer"]:
+            items.append(("answer", cut(s["last_answer"], _TEXT_WIDTH)))
+    items += [(name, cut(s[name], _TEXT_WIDTH)) for name in ("belief", "frontier") if s[name]]
+    usage = s.get("usage") or {}
+    if usage.get("total_tokens"):
+        items.append(
+            (
+                "tokens",
+                f"{usage['total_tokens']} ({usage['input_tokens']} in, "
+                f"{usage['output_tokens']} out)",
+            )
+        )
+    return f"session: {s['status']}\n" + indent(pairs(items))
+
+
+def approval_line(a: tether.ApprovalRequest, now: float) -> str:
+    """One approval request on a line: the call, where it stands, who decided and when."""
+    call = f"{a.request_id}  {a.tool}({compact(a.args, cut_at=40)})"
+    count = f"{len(a.approved_by)}/{a.approvers_needed}"
+    if a.status == "pending":
+        return f"{call}  pending {count}, deadline {when(a.deadline, now)}"
+    last = a.decisions[-1] if a.decisions else {}
+    by = f" by {last['by']}" if last.get("by") else ""
+    why = f": {cut(str(last['reason']), 40)}" if last.get("reason") else ""
+    at = f", {when(last['at'], now)}" if last.get("at") is not None else ""
+    return f"{call}  {a.status}{by}{why} ({count}){at}"
+
+
+def _effect_line(e: dict[str, Any]) -> str:
+    if e["tool"] == MODEL_TOOL and isinstance(e["args"], dict):
+        # Its arguments are the whole context the model was shown: say what it decided.
+        call = "model(the session's context)"
+        outcome = decision(e["result"]) if e["status"] == "done" else cut(e["error"] or "")
+    else:
+        call = f"{e['tool']}({compact(e['args'])})"
+        outcome = compact(e["result"]) if e["status"] == "done" else cut(e["error"] or "")
+    return f"{e['key']}  #{e['index']} {call} {e['status']}, {e['attempts']} attempt(s)" + (
+        f" -> {outcome}" if outcome else ""
+    )
 
 
 async def cmd_tree(rt: tether.Runtime, args: argparse.Namespace) -> int:

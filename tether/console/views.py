@@ -15,8 +15,10 @@ import msgspec
 import tether
 from tether.actors.actor import class_path, import_object
 from tether.actors.guards.actors import Breaker
+from tether.actors.session import MODEL_TOOL
 from tether.actors.tool import Tool
 from tether.console import timeline
+from tether.render import journal as journal_lines
 from tether.render import records, text
 from tether.runtime.approvals import ApprovalRequest
 from tether.store.records import ApprovalRecord
@@ -142,18 +144,17 @@ async def session_summary(rt: tether.Runtime, actor_id: str) -> dict[str, Any] |
 async def recent_journal(rt: tether.Runtime, actor_id: str, n: int) -> list[dict[str, Any]]:
     total = await records.journal_length(rt.store, actor_id)
     rows = await records.journal_after(rt.store, actor_id, max(0, total - n))
-    return [{"seq": seq, "type": _kind(ev), "text": timeline.describe(ev)} for seq, ev in rows]
-
-
-def _kind(event: Any) -> str:
-    return str(event.get("type", "event")) if isinstance(event, dict) else "event"
+    return [
+        {"seq": seq, "type": journal_lines.kind(ev), "text": journal_lines.describe(ev)}
+        for seq, ev in rows
+    ]
 
 
 def _effect_row(e: Any, now: float) -> dict[str, Any]:
     result = text.decode(e.result) if e.result is not None else None
-    if e.tool == timeline.MODEL_TOOL:  # its input is the whole context: say what it decided
+    if e.tool == MODEL_TOOL:  # its input is the whole context: say what it decided
         args = f"the session's context ({len(e.args)} bytes)"
-        outcome = timeline.describe({"type": "ModelDecided", "decision": result})
+        outcome = "model: " + journal_lines.decision(result)
     else:
         args = compact(text.decode(e.args))
         outcome = compact(result) if e.result is not None else ""
@@ -207,7 +208,7 @@ async def session(rt: tether.Runtime, actor_id: str) -> dict[str, Any]:
         "created": when(rec.created_at, now),
         "state": pretty(text.decode(snap.state)) if snap is not None else None,
         "journal": [
-            {"seq": seq, "type": _kind(ev), "text": timeline.describe(ev)}
+            {"seq": seq, "type": journal_lines.kind(ev), "text": journal_lines.describe(ev)}
             for seq, ev in journal[-40:]
         ],
         "journal_total": len(journal),
@@ -259,17 +260,20 @@ async def tree(rt: tether.Runtime) -> list[dict[str, Any]]:
 
 
 def _node(node: tether.TreeNode, now: float, breakers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    state = node.status
+    state: str = node.status
     detail = node.detail or ""
     breaker = breakers.get(node.id)
     if breaker is not None and breaker["status"] != "closed":
+        # ``describe`` gives the status as of now: an open breaker whose open time is over is
+        # half-open already, its next call a trial.
         state = "breaker " + str(breaker["status"]).replace("_", "-")
         left = float(breaker["until"] or now) - now
-        detail = (
-            f"{breaker['reason']}; "
-            + (f"{text.span(left)} left" if left > 0 else "its open time is over")
-            + f"; trips={breaker['trips']}"
+        when_next = (
+            f"{text.span(left)} left"
+            if breaker["status"] == "open"
+            else "a trial call decides whether it closes"
         )
+        detail = f"{breaker['reason']}; {when_next}; trips={breaker['trips']}"
     return {
         "id": node.id,
         "class": node.actor_class.rsplit(":", 1)[-1],

@@ -14,6 +14,7 @@ import msgspec
 
 import tether
 from tether.actors.actor import import_class
+from tether.actors.status import actor_status
 from tether.render.text import decode, when
 from tether.store.admin import StoreAdmin
 from tether.store.records import PARKED, ActorRecord, EffectRecord, StoredMessage
@@ -41,17 +42,26 @@ class CorruptRows:
 
 def is_session(record: ActorRecord) -> bool:
     """Whether ``record`` is an agent session: its class is a ``tether.AgentSession``. When the
-    class cannot be imported here, a top-level actor that is not one of tether's internals
-    (``tether.*`` supervisors, ``breaker:*`` breakers, ``<session>/...`` guards) counts."""
+    class cannot be imported here, an actor spawned with a ``goal`` (as every session is) that
+    is not one of tether's internals (``tether.*`` supervisors, ``breaker:*`` breakers,
+    ``<session>/...`` guards) counts; a supervisor, spawned without one, does not."""
     try:
         cls = import_class(record.class_path)
     except tether.ConfigError:
         return (
-            record.parent_id is None
-            and not record.actor_id.startswith(_INTERNAL_PREFIXES)
+            not record.actor_id.startswith(_INTERNAL_PREFIXES)
             and "/" not in record.actor_id
+            and _spawned_with_goal(record.init)
         )
     return bool(getattr(cls, "is_session", False))
+
+
+def _spawned_with_goal(init: bytes) -> bool:
+    try:
+        arguments = msgspec.msgpack.decode(init)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(arguments, dict) and isinstance(arguments.get("goal"), str)
 
 
 async def actor_summary(
@@ -64,7 +74,9 @@ async def actor_summary(
         "id": rec.actor_id,
         "class": rec.class_path,
         "parent": rec.parent_id,
-        "status": rec.status,
+        # The same word as ``tether tree``'s (an ``ActorStatus``): an administration process holds
+        # no supervisor, so an actor the store says is active is ``running`` here.
+        "status": actor_status(rec.status),
         "stop_reason": rec.stop_reason,
         "mailbox": len(mailbox),
         "parked": sum(is_parked(m, now) for m in mailbox),
