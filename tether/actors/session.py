@@ -24,7 +24,7 @@ retry; a loop follows the session's ``loop_policy``; a rejected call tells the m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -54,6 +54,7 @@ from tether.actors.model import (
     Usage,
     calls_of,
 )
+from tether.actors.status import SessionStatus, TaskStatus, task_status
 from tether.actors.tool import Tool
 from tether.errors import (
     ApprovalRejected,
@@ -99,9 +100,8 @@ class GetSessionInfo(Message):
     """Ask for a ``SessionInfo``: the session's status, belief and frontier."""
 
 
-#: Where a task stands: ``working`` while it runs, then how it ended. A session's status
-#: (``SessionInfo.status``) is its latest task's, or ``idle`` before its first.
-TaskStatus = Literal["working", "finished", "stopped", "cancelled", "failed"]
+# Where a task stands (``TaskStatus``) and a session (``SessionStatus``): tether/actors/status.py
+# defines and documents the words, as ``tether sessions`` and ``tether tree`` use them.
 
 
 class TaskCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,7 +123,7 @@ class TaskResult(FallibleReply, frozen=True, kw_only=True, tag=True):
 
     session_id: str
     task: int
-    status: str  # a TaskStatus other than "working"
+    status: TaskStatus  # not "working": the task has ended
     outcome: str  # "finished", or the status and why: "stopped: step limit (50) reached"
     answer: str
     calls: tuple[TaskCall, ...] = ()
@@ -135,7 +135,7 @@ class TaskResult(FallibleReply, frozen=True, kw_only=True, tag=True):
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     session_id: str
     goal: str
-    status: str  # "idle" (no task yet), or the latest task's TaskStatus
+    status: SessionStatus  # "idle" (no task yet), or the latest task's TaskStatus
     task: int
     task_text: str
     steps: int
@@ -713,13 +713,17 @@ def _check_settings(cls: type[AgentSession]) -> None:
         )
 
 
+#: The name of a session's model calls in the effects ledger (each one is an effect).
+MODEL_TOOL = "model"
+
+
 def _model_tool(cls: type[AgentSession]) -> Tool:
     async def model(request: ModelRequest) -> Decision:
         return await cls.model.decide(request)
 
     return Tool(
         model,
-        name="model",
+        name=MODEL_TOOL,
         recovery="retry",  # asking again has no side effect; a recorded decision is replayed
         breaker="model",
         timeout=cls.model_timeout,
@@ -730,12 +734,7 @@ def _model_tool(cls: type[AgentSession]) -> Tool:
     )
 
 
-def task_status(outcome: str) -> str:
-    """The TaskStatus of an ended task, from its outcome ("stopped: why" -> "stopped")."""
-    return outcome.partition(":")[0] or "finished"
-
-
-def session_status(state: SessionState) -> str:
+def session_status(state: SessionState) -> SessionStatus:
     """``SessionInfo.status``: "working", the latest task's ending, or "idle" before any."""
     if state.status == "working":
         return "working"

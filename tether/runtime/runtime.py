@@ -33,6 +33,7 @@ from tether.actors.messages import (
     nesting_problem,
 )
 from tether.actors.ref import ActorRef
+from tether.actors.status import actor_status
 from tether.errors import (
     ActorIdTaken,
     ActorNotFound,
@@ -1185,11 +1186,7 @@ class Runtime:
         }
 
         def node(rec: ActorRecord) -> TreeNode:
-            status = (
-                rec.status
-                if rec.status != "active"
-                else self.supervision.held.get(rec.actor_id, "running")
-            )
+            status = actor_status(rec.status, self.supervision.held.get(rec.actor_id))
             count, last = self.supervision.counts(rec.actor_id, rec.parent_id)
             cell = self.cells.get(rec.actor_id)
             summary = getattr(cell.instance, "summary", None) if cell is not None else None
@@ -1229,7 +1226,7 @@ class Runtime:
         spec = actor_spec(cls)
         instance = cls(**_decode_init(spec, rec.init))
         state, _ = await fold(self, spec, rec.actor_id, instance)
-        instance._tether_cell = _Folded(rec.actor_id, state)
+        instance._tether_cell = _Folded(rec.actor_id, state, self)
         return instance
 
     async def session_info(self, session_id: str) -> SessionInfo:
@@ -1391,10 +1388,12 @@ def _init_hints(cls: type[Any]) -> dict[str, Any]:
 
 
 class _Folded:
-    """What an actor instance built only to describe itself reads through its cell."""
+    """What an actor instance built only to describe itself reads through its cell: its id,
+    its state, and the runtime (for its clock)."""
 
-    __slots__ = ("actor_id", "state")
+    __slots__ = ("actor_id", "runtime", "state")
 
-    def __init__(self, actor_id: str, state: Any) -> None:
+    def __init__(self, actor_id: str, state: Any, runtime: Runtime) -> None:
         self.actor_id = actor_id
         self.state = state
+        self.runtime = runtime
