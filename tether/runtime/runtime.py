@@ -61,6 +61,7 @@ from tether.runtime.quarantine import Quarantine
 from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
 from tether.store.hosts import process_start, runtime_gone, this_host
+from tether.store.integrity import SelfChecking
 from tether.store.open import open_store
 from tether.store.protocol import Store
 from tether.store.records import (
@@ -213,6 +214,14 @@ class Runtime:
 
     async def __aenter__(self) -> Self:
         await self.store.open()
+        if isinstance(self.store, SelfChecking) and self.store.damage_at_open:
+            # Served on: an actor whose rows are damaged is named, and left unserved, when it
+            # is read (its fold checks every event up to its head); the others go on.
+            telemetry.log.error(
+                "store_damaged",
+                problems=list(self.store.damage_at_open),
+                advice="run `tether check` on the store, and restore it from a backup",
+            )
         try:
             now = self.clock()
             if self.serving:

@@ -30,6 +30,10 @@ class ActorRecord(msgspec.Struct, frozen=True):
     lease_owner: str | None
     lease_expires: float  # on the store's clock (``StoreAdmin.store_time``)
     created_at: float
+    # The seq of the actor's last committed journal event (0: none), written in the same
+    # transaction as every step: recovery checks that it folded every event up to it, so a
+    # journal that lost rows (a damaged page) is named, never folded into a wrong state.
+    head_seq: int = 0
 
 
 # gc=False on the records a message makes on its way (StoredMessage, NewMessage, StepCommit,

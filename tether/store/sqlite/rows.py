@@ -176,7 +176,10 @@ def checked(
         yield row
 
 
-ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
+ACTOR_COLUMNS = (
+    "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, "
+    "lease_expires, created_at, head_seq"
+)
 ACTOR_TYPES = _columns(
     ACTOR_COLUMNS,
     _TEXT,
@@ -189,6 +192,7 @@ ACTOR_TYPES = _columns(
     _TEXT_OR_NULL,
     _REAL,
     _REAL,
+    _INT,
 )
 
 

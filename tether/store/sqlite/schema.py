@@ -58,7 +58,8 @@ CREATE TABLE actors (
     fence         INTEGER NOT NULL DEFAULT 0,
     lease_owner   TEXT,
     lease_expires REAL NOT NULL DEFAULT 0,
-    created_at    REAL NOT NULL
+    created_at    REAL NOT NULL,
+    head_seq      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX actors_by_parent ON actors(parent_id);
 CREATE TABLE mailbox (
