@@ -24,7 +24,7 @@ from tether.errors import (
     NotPermitted,
     ToolInputError,
 )
-from tether.runtime import notices, telemetry
+from tether.runtime import notices, telemetry, tracing
 from tether.runtime.approvals import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -218,9 +218,7 @@ class Approvals:
             "tether.decided_via": who.via,
             "tether.status": new.status,
         }
-        with telemetry.tracer.start_as_current_span(
-            "tether.approval.decide", attributes=attributes
-        ):
+        with tracing.span_in_trace_of("tether.approval.decide", old.traceparent, attributes):
             return await store.update_approval(new, old.version, audit=audit, notices=stored)
 
     def _outcome_notices(self, record: ApprovalRecord) -> list[NewMessage]:

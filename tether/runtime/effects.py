@@ -46,7 +46,7 @@ from tether.errors import (
     ToolUnavailable,
     TransientToolError,
 )
-from tether.runtime import approvals, notices, telemetry
+from tether.runtime import approvals, notices, telemetry, tracing
 from tether.runtime.interrupts import CallInterrupted, Interruptible
 from tether.store.records import ApprovalRecord, EffectRecord, EffectWrite, NewMessage
 
@@ -243,6 +243,7 @@ class _Effect:
                 context=context,
                 policy=policy,
                 now=now,
+                traceparent=tracing.current() or self.m.traceparent,
             )
             stored = await self._notices(record)
             await self._gate_event(

@@ -2,21 +2,22 @@
 
 With no OpenTelemetry SDK configured, the API hands out no-op tracers and meters, so the calls
 below cost next to nothing; a user who configures an SDK gets spans and metrics with no code
-change. Spans are only started when the active tracer provider records them.
+change. Spans are only started when the active tracer provider records them
+(``tracing_enabled``). Tracer and meter are tether's instrumentation scope (``tether.otel``).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 import structlog
-from opentelemetry import metrics, trace
+from opentelemetry import trace
 
-tracer = trace.get_tracer("tether")
-meter = metrics.get_meter("tether")
+from tether.otel import meter as meter
+from tether.otel import tracer as tracer
+from tether.otel import tracing_enabled as tracing_enabled
 
 
 class _TetherLogger:
@@ -116,25 +117,6 @@ def bind_msg_id(msg_id: str) -> None:
         _msg_id_var = structlog.contextvars.bind_contextvars(msg_id=msg_id)["msg_id"].var
     else:
         _msg_id_var.set(msg_id)
-
-
-_checked_at = -1.0
-_enabled = False
-
-
-def tracing_enabled() -> bool:
-    """Whether spans would be recorded (an SDK tracer provider is installed).
-
-    Asked once per message, so the answer is cached for a second: looking up the provider
-    reads the environment each time.
-    """
-    global _checked_at, _enabled
-    now = time.monotonic()
-    if now - _checked_at > 1.0:
-        provider = trace.get_tracer_provider()
-        _enabled = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
-        _checked_at = now
-    return _enabled
 
 
 def guard_event(name: str, level: str = "warning", **fields: object) -> None:

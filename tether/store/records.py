@@ -339,6 +339,9 @@ class ApprovalRecord(msgspec.Struct, kw_only=True):
     # their URLs only, never their secrets. A decision made in any process stores the
     # outcome's notices with itself (``Store.update_approval``).
     notify: list[str] = msgspec.field(default_factory=list)
+    # The trace of the step that asked (W3C ``traceparent``): a decision, whoever makes it and
+    # wherever, is a span in that trace (``tether.runtime.tracing.span_in_trace_of``).
+    traceparent: str | None = None
 
 
 class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):
