@@ -6,6 +6,7 @@ the spans it finished.
     python -m tests.runtime.trace_program one-trace DB SPANS
     python -m tests.runtime.trace_program start DB SPANS MARKER   # hangs in a tool until killed
     python -m tests.runtime.trace_program resume DB SPANS         # finishes the task
+    python -m tests.runtime.trace_program genai DB SPANS METRICS  # the real openai SDK
 """
 
 from __future__ import annotations
@@ -154,12 +155,68 @@ async def one_trace(db: str) -> None:
                 await anyio.sleep(0.01)
 
 
+# -- model calls on the real openai SDK, against a local provider ---------------------------------
+
+
+async def genai(db: str) -> None:
+    from tests.models.agents import OpenAIAgent, use_openai
+    from tests.models.servers import ProviderServer
+    from tests.models.shapes import openai_call, openai_completion, openai_server_error
+
+    script = [
+        openai_server_error(),  # not carried out: the call is made again
+        openai_completion(None, openai_call("call_1", "lookup_order", {"order_id": "42"})),
+        openai_completion("Order 42 is delivered.", prompt_tokens=120, completion_tokens=9),
+    ]
+    with ProviderServer(script) as server:
+        client = use_openai(server.url)
+        try:
+            async with tether.Runtime(db, poll_interval=0.02) as rt:
+                s = await rt.spawn(OpenAIAgent, "o1", goal="Answer about orders")
+                with trace.get_tracer("app").start_as_current_span("caller"):
+                    await s.ask(tether.UserMessage("where is order 42"), timeout=60)
+        finally:
+            await client.close()
+
+
+def record_metrics() -> Any:
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return reader
+
+
+def dump_metrics(reader: Any, path: str) -> None:
+    """Each metric: its unit, scope, and the attributes of each of its points."""
+    out: dict[str, Any] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out[m.name] = {
+                    "unit": m.unit,
+                    "scope": [sm.scope.name, sm.scope.version],
+                    "points": [
+                        {k: str(v) for k, v in (p.attributes or {}).items()}
+                        for p in m.data.data_points
+                    ],
+                }
+    Path(path).write_text(json.dumps(out))
+
+
 def main(argv: list[str]) -> None:
     scenario, db, spans = argv[:3]
     PHASE[0] = scenario
     provider = record_spans(spans)
     if scenario == "one-trace":
         anyio.run(one_trace, db)
+    elif scenario == "genai":
+        reader = record_metrics()
+        anyio.run(genai, db)
+        dump_metrics(reader, argv[3])
     elif scenario == "start":
         MARKER.append(Path(argv[3]))
         anyio.run(start, db)

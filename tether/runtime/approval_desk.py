@@ -276,7 +276,7 @@ class Approvals:
         self, old: ApprovalRecord, new: ApprovalRecord, decision: Decision, who: Identity
     ) -> None:
         kind = type(decision).__name__.lower()
-        telemetry.approval_decisions.add(1, {"decision": kind})
+        telemetry.approval_decisions.add(1, {"tether.decision": kind})
         telemetry.log.info(
             "approval_decided",
             request_id=new.request_id,
@@ -307,7 +307,7 @@ class Approvals:
 
     def requested(self, record: ApprovalRecord) -> None:
         """A step was just parked on ``record``: offer it to the attached handlers."""
-        telemetry.escalations.add(1, {"tool": record.tool})
+        telemetry.escalations.add(1, {"tether.tool": record.tool})
         telemetry.guard_event(
             "approval_requested",
             request_id=record.request_id,

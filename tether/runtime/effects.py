@@ -439,7 +439,7 @@ class _Effect:
             detection = loops.take_pending()
         if detection is None:
             return
-        telemetry.loop_detections.add(1, {"pattern": detection.pattern})
+        telemetry.loop_detections.add(1, {"tether.loop_pattern": detection.pattern})
         telemetry.guard_event(
             "loop_detected",
             actor_id=self.cell.actor_id,
@@ -518,7 +518,7 @@ class _Effect:
     def _mark_replayed(self, rec: EffectRecord) -> None:
         self.replayed = True
         self.attempt = rec.attempts
-        telemetry.effects_replayed.add(1, {"tool": self.tool.name})
+        telemetry.effects_replayed.add(1, {"tether.tool": self.tool.name})
         self.log.info("effect_replayed", status=rec.status, attempt=rec.attempts)
 
     async def _call(self, rec: EffectRecord, *, first: bool = False) -> Any:
@@ -538,7 +538,7 @@ class _Effect:
             await self._write(rec)  # I4: the intent is durable before the call
             first = False
             self.attempt = rec.attempts
-            telemetry.effects_run.add(1, {"tool": tool.name})
+            telemetry.effects_run.add(1, {"tether.tool": tool.name})
             started = time.monotonic()
             try:
                 value = await self._invoke()
@@ -723,7 +723,7 @@ class _Effect:
             history=[*rec.history, note],
             updated_at=self.cell.runtime.clock(),
         )
-        telemetry.effects_quarantined.add(1, {"tool": self.tool.name})
+        telemetry.effects_quarantined.add(1, {"tether.tool": self.tool.name})
         await self._write(held)
         raise EffectInterrupted(self.tool.name, self.key, reason, made=True)
 
@@ -776,7 +776,7 @@ class _Effect:
                 reason=reason,
                 updated_at=self.cell.runtime.clock(),
             )
-            telemetry.effects_quarantined.add(1, {"tool": self.tool.name})
+            telemetry.effects_quarantined.add(1, {"tether.tool": self.tool.name})
             self.log.error("effect_quarantined", reason=reason, attempt=rec.attempts)
         self.step.suspend(f"effect {self.key} ({self.tool.name}) is quarantined: {reason}", rec)
         raise StepSuspended(self.step.suspended or reason)
