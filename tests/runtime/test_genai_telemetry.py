@@ -5,9 +5,6 @@ child process (``tests.runtime.trace_program genai``)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -15,24 +12,14 @@ import pytest
 
 import tether
 from tests.models.shapes import OPENAI_MODEL
-from tests.runtime.trace_program import spans_in
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.runtime.trace_program import finished, spans_in, start_program
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Any]:
     d = tmp_path_factory.mktemp("genai")
     spans, metrics = d / "spans.jsonl", d / "metrics.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.runtime.trace_program", "genai", d / "a.db", spans, metrics],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    finished(start_program("genai", d / "a.db", spans, metrics))
     return spans_in(spans), msgspec.json.decode(metrics.read_bytes())
 
 

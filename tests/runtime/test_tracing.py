@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,26 +17,17 @@ import pytest
 from opentelemetry import context, trace
 
 import tether
-from tests.runtime.trace_program import Later, Note, Relay, spans_in
+from tests.runtime.trace_program import (
+    Later,
+    Note,
+    Relay,
+    finished,
+    spans_in,
+    start_program,
+)
 from tether.runtime.tracing import format_traceparent, parse_traceparent
 
-ROOT = Path(__file__).resolve().parents[2]
 REMOTE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def program(*args: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.runtime.trace_program", *map(str, args)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def finished(proc: subprocess.Popen[bytes]) -> str:
-    out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    return out.decode()
 
 
 def named(spans: list[dict[str, Any]], name: str, **attributes: str) -> list[dict[str, Any]]:
@@ -56,7 +45,7 @@ def named(spans: list[dict[str, Any]], name: str, **attributes: str) -> list[dic
 @pytest.fixture(scope="module")
 def one_trace(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     d = tmp_path_factory.mktemp("one-trace")
-    finished(program("one-trace", d / "agents.db", d / "spans.jsonl"))
+    finished(start_program("one-trace", d / "agents.db", d / "spans.jsonl"))
     return spans_in(d / "spans.jsonl")
 
 
@@ -137,7 +126,7 @@ def test_the_resumed_steps_after_a_sigkill_are_in_the_tasks_trace(tmp_path: Path
     of the caller's span in the killed process."""
     db, marker = tmp_path / "agents.db", tmp_path / "calling"
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
-    proc = program("start", db, first, marker)
+    proc = start_program("start", db, first, marker)
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
@@ -149,7 +138,7 @@ def test_the_resumed_steps_after_a_sigkill_are_in_the_tasks_trace(tmp_path: Path
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)  # reaped, its pipes closed
-    assert '"shipped 42"' in finished(program("resume", db, second)).replace("done: ", "")
+    assert '"shipped 42"' in finished(start_program("resume", db, second)).replace("done: ", "")
 
     [caller] = named(spans_in(first), "caller")
     before = {s["span_id"] for s in spans_in(first)}

@@ -12,6 +12,7 @@ the spans it finished.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -225,6 +226,23 @@ def main(argv: list[str]) -> None:
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     provider.shutdown()
+
+
+def start_program(*args: object) -> subprocess.Popen[bytes]:
+    """This program, as a child process of a test, run with ``args``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.runtime.trace_program", *map(str, args)],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def finished(proc: subprocess.Popen[bytes]) -> str:
+    """What a child of ``start_program`` printed, once it exited successfully."""
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return out.decode()
 
 
 def spans_in(path: Path) -> list[dict[str, Any]]:
