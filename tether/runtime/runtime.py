@@ -49,7 +49,7 @@ from tether.errors import (
     StoreError,
     TetherError,
 )
-from tether.runtime import telemetry
+from tether.runtime import telemetry, tracing
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
@@ -566,15 +566,26 @@ class Runtime:
                 actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
             ) from exc
         now = self.clock()
+        type_name = type(msg).__name__
+        # The trace the message joins (tether.runtime.tracing): a step's sends pass on its own.
+        step = current_step.get()
+        if step is not None and not step.closed:
+            inbound = step.cell.current
+            traceparent = tracing.outgoing(
+                inbound.traceparent if inbound is not None else None, True, actor_id, type_name
+            )
+        else:
+            traceparent = tracing.outgoing(None, False, actor_id, type_name)
         return NewMessage(
             msg_id=f"{self._id_prefix}-{next(self._ids)}",
             actor_id=actor_id,
-            type=type(msg).__name__,
+            type=type_name,
             payload=payload,
             deliver_at=now + delay if delay else now,
             created_at=now,
             dedup_key=dedup_key,
             wants_reply=wants_reply,
+            traceparent=traceparent,
             decoded=decoded,
         )
 
@@ -632,6 +643,7 @@ class Runtime:
                     attempts=new.attempts,
                     wants_reply=new.wants_reply,
                     decoded=new.decoded,
+                    traceparent=new.traceparent,
                 )
             )
         else:
