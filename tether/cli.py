@@ -10,7 +10,8 @@ retries are stored; the runtimes serving the store pick them up. A missing store
 never a new empty store (the store is opened with ``create=False``).
 
 Exit codes: 0 done; 1 the operation failed (unknown id, closed request, invalid tool
-arguments, unreadable store); 2 the command line is wrong; 130 interrupted.
+arguments, unreadable store; ``check``: a violation found); 2 the command line is wrong; 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import structlog
 import tether
 from tether.actors.actor import import_class
 from tether.actors.messages import TOO_DEEP, nesting_problem
+from tether.cli_check import cmd_check
 from tether.runtime.approvals import view as approval_view
 from tether.store.admin import StoreAdmin
 from tether.store.open import open_store
@@ -224,6 +226,12 @@ def _parser() -> argparse.ArgumentParser:
         help="journal events to show (default: 10)",
     )
     leaf(commands, "tree", "the supervision tree", _cmd_tree)
+    leaf(
+        commands,
+        "check",
+        "check the whole store's integrity (after an incident): exit 1 naming each violation",
+        cmd_check,
+    )
 
     approvals = commands.add_parser("approvals", help="calls held for a person's decision")
     acts = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
