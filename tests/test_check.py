@@ -20,11 +20,13 @@ import pytest
 
 import tether
 from tests import sample_actors as sa
+from tests.actors.session_agents import LoopingAgent, RefundAgent
 from tests.badinput.test_corrupt_store import sql
 from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Banker, Do, Wire
 from tests.test_cli import _fresh as _fresh  # the autouse fixture: fresh scripts and failures
 from tests.test_cli import cli, eventually
+from tether.actors.session import GetSessionInfo
 from tether.cli_check import ProgressBar
 from tether.runtime.check_report import KINDS
 from tether.testing import check_store, check_store_async
@@ -381,3 +383,45 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_erased() -> None:
     assert "1/4" in out.text
     assert "4/4" in out.text
     assert out.text.endswith("\r")
+
+
+# -- agent sessions: snapshots of every step, a loop guard, a modified approval --------------------
+
+
+@pytest.mark.anyio
+async def test_agent_sessions_with_a_snapshot_every_event_check_clean(tmp_path: Path) -> None:
+    """Sessions, their gates, loop guards and breakers snapshot at every event; a person
+    modifies one call's arguments before approving it; a looping session is stopped. The
+    loop guard's snapshots also hold the calls it rebuilds from the ledger: listed as not
+    compared, not as a violation."""
+    db = tmp_path / "agents.db"
+    async with tether.Runtime(db, snapshot_every=1, poll_interval=0.02) as rt:
+        small = await rt.spawn(RefundAgent, "small", goal="Refund delivered orders")
+        await small.tell(tether.UserMessage("refund order 42"))
+        looping = await rt.spawn(LoopingAgent, "looping", goal="look")
+        await looping.tell(tether.UserMessage("look up 42"))
+        big = await rt.spawn(RefundAgent, "big", goal="Refund delivered orders")
+        await big.tell(tether.UserMessage("refund order 43"))
+        [request] = await eventually(rt.approvals.pending)
+        await rt.approvals.decide(
+            request.request_id,
+            tether.Modify(by="ops", args={"order_id": "43", "amount_cents": 100}),
+        )
+        for session in (small, looping, big):
+
+            async def settled(session: tether.ActorRef = session) -> bool:
+                info = await session.ask(GetSessionInfo(), timeout=10)
+                return bool(info.status != "working")
+
+            await eventually(settled)
+    report = await check_store_async(db)
+    assert report.ok, report.summary()
+    assert report.counts["snapshots"] >= 6
+    assert any("LoopGuard" in note for note in report.unchecked)
+    [approval] = await _approvals(db)
+    assert approval.approved_args != approval.args  # the modified call is the one that ran
+
+
+async def _approvals(db: Path) -> list[Any]:
+    async with tether.Runtime(db, serve=False) as rt:
+        return await rt.store.find_approvals()

@@ -35,8 +35,9 @@ class _Folder:
         self.state: Any = None
         self.events: msgspec.msgpack.Decoder[Any] | None = None
         self.states: msgspec.msgpack.Decoder[Any] | None = None
+        self.cls: type[Any] | None = None
         try:
-            cls = import_class(rec.class_path)
+            self.cls = cls = import_class(rec.class_path)
             spec = actor_spec(cls)
             self.instance = cls(**_decode_init(spec, rec.init))
             _, self.events, self.states = decoders(spec)
@@ -150,6 +151,14 @@ def _check_snapshot(
             f"(head_seq {rec.head_seq})",
             actor_id=actor_id,
         )
+        return
+    if getattr(folder.cls, "state_outside_journal", False):
+        note = (
+            f"snapshots of {rec.class_path} actors are not compared with their journals: "
+            "their state also holds what they rebuild from elsewhere when they start"
+        )
+        if note not in report.unchecked:
+            report.unchecked.append(note)
         return
     if folder.why_not is not None:
         report.unchecked.append(
