@@ -52,7 +52,9 @@ class Link:
 
     @property
     def connected(self) -> bool:
-        return self.client is not None and self.up.is_set() and not self.ended.is_set()
+        """Connected, and not ending: a link that is lost or closing takes no new calls
+        (its transport may take seconds to wind down; its dispatcher is already closed)."""
+        return self.client is not None and self.up.is_set() and not self._stop.is_set()
 
     async def run(self) -> None:
         """Connect, then serve until closed or lost. Raises nothing but cancellation."""
