@@ -11,6 +11,8 @@ the key argument it received), so tests check the world, not tether's word:
 * ``fail_order``: answers with ``isError``;
 * ``flaky_lookup`` (``readOnlyHint``): on its first call ever, the server SIGKILLs itself in
   the middle of the call (a server dying mid-task); later calls answer.
+
+While a file ``DB.down`` exists, the server exits as it starts (a server that cannot start).
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ def flaky_lookup(order_id: str, ctx: Context) -> str:
 def main(argv: list[str]) -> None:
     global DB
     transport, DB, *rest = argv
+    if os.path.exists(DB + ".down"):
+        sys.exit("the server is down")
     _db().close()
     if transport == "stdio":
         app.run()

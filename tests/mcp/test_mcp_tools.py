@@ -183,3 +183,39 @@ async def test_a_server_killed_mid_task_is_restarted_and_the_task_finishes(tmp_p
     assert node.restart_count >= 1
     assert node.detail is not None
     assert node.detail.startswith("connected")
+
+
+async def test_a_server_that_cannot_start_fails_the_call_as_not_sent_and_never_hangs_the_session(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    server = tether.mcp.StdioServer(
+        world.sys.executable,
+        ["-m", "tests.mcp.server", "stdio", str(db)],
+        cwd=world.ROOT,
+        wait_connected=1.0,
+    )
+    tools = await tether.mcp.load_tools(
+        server,
+        # no breaker: each call is made (and fails as not sent), not refused by a breaker
+        options={"charge": {"retry": tether.RetryPolicy(max_attempts=2), "breaker": None}},
+    )
+    await anyio.Path(f"{db}.down").touch()  # from now on the server exits as it starts
+    task = plan(("charge", {"order_id": "1", "amount_cents": 100}))
+    result = await run_task(tmp_path, "Down", tools, task)
+    assert [c.tool for c in result.calls] == ["charge", "charge"]  # told, and tried again
+    for call in result.calls:
+        assert call.error is not None
+        assert "McpNotConnected" in call.error
+        assert "the request was not sent" in call.error
+    assert world.calls(db) == []
+
+
+async def test_a_tool_called_directly_connects_for_that_call(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    lookup = next(
+        t for t in await tether.mcp.load_tools(world.stdio_server(db)) if t.name == "lookup_order"
+    )
+    assert await lookup(order_id="8") == {"result": "order 8: shipped"}
+    [served] = world.calls(db)
+    assert served["meta_key"].startswith("direct-")  # outside the ledger: a key of its own
