@@ -5,6 +5,7 @@ SQLite file), how errors and a dying server are told to the session."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -190,7 +191,7 @@ async def test_a_server_that_cannot_start_fails_the_call_as_not_sent_and_never_h
 ) -> None:
     db = tmp_path / "server.db"
     server = tether.mcp.StdioServer(
-        world.sys.executable,
+        sys.executable,
         ["-m", "tests.mcp.server", "stdio", str(db)],
         cwd=world.ROOT,
         wait_connected=1.0,
