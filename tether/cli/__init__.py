@@ -13,7 +13,7 @@ Exit codes: 0 done; 1 the operation failed (unknown id, closed request, invalid 
 arguments, unreadable store; ``check``: a violation found); 2 the command line is wrong; 130
 interrupted.
 
-One module per command group (``sessions``: actors, sessions, show, tree; ``approvals``;
+One module per command group (``sessions``: actors, sessions, show, tree; ``check``; ``approvals``;
 ``quarantine``; ``dead_letters``; ``audit``; ``migrate``; ``console``; ``demo``), each with a
 ``register(commands)`` that declares its commands on the parser; ``app`` lists the groups and
 runs the command line. What the commands show of a store is read and formatted by
