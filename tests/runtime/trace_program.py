@@ -133,7 +133,7 @@ async def resume(db: str) -> None:
 
 
 async def one_trace(db: str) -> None:
-    from tests.actors.session_agents import RefundAgent
+    from tests.actors.session_agents import RefundAgent, first_pending
     from tests.sample_actors import Account, Forward, GetBalance
 
     app = trace.get_tracer("app")
@@ -141,11 +141,9 @@ async def one_trace(db: str) -> None:
         s = await rt.spawn(RefundAgent, "s1", goal="Refund delivered orders")
         with app.start_as_current_span("caller"):
             await s.tell(tether.UserMessage("please refund order 43"), dedup_key="t")
-        with anyio.fail_after(30):
-            while not (pending := await rt.approvals.pending()):
-                await anyio.sleep(0.01)
+        request = await first_pending(rt)
         with app.start_as_current_span("console"):
-            await rt.approvals.decide(pending[0].request_id, tether.Approve(by="manager"))
+            await rt.approvals.decide(request.request_id, tether.Approve(by="manager"))
         await s.ask(tether.UserMessage("please refund order 43"), timeout=30, dedup_key="t")
 
         a1, a2 = await rt.spawn(Account, "a1"), await rt.spawn(Account, "a2")
