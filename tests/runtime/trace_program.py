@@ -49,6 +49,7 @@ class LinesExporter(SpanExporter):
                         "span_id": f"{ctx.span_id:016x}",
                         "parent_id": f"{s.parent.span_id:016x}" if s.parent else None,
                         "links": [f"{link.context.span_id:016x}" for link in s.links],
+                        "events": {e.name: dict(e.attributes or {}) for e in s.events},
                         "attributes": {k: str(v) for k, v in (s.attributes or {}).items()},
                         "scope": [s.instrumentation_scope.name, s.instrumentation_scope.version]
                         if s.instrumentation_scope

@@ -54,6 +54,31 @@ def _to_record(
     return (message,), {"exc_info": exc_info, "extra": {"event": event, "tether": fields}}
 
 
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
+class _LevelFirst(structlog.stdlib.BoundLogger):
+    """structlog's stdlib logger, that asks the logger's level before anything else: an event
+    the application does not show costs one ``isEnabledFor``, not a pass through processors."""
+
+    def _proxy_to_logger(
+        self, method_name: str, event: str | None = None, *event_args: str, **event_kw: Any
+    ) -> Any:
+        level = _LEVELS.get(method_name)
+        if level is not None and not self._logger.isEnabledFor(level):
+            return None
+        return super()._proxy_to_logger(method_name, event, *event_args, **event_kw)
+
+
 class TetherLogger:
     """``log``: structlog's logger when the application configured structlog, else one bound
     to ``logging.getLogger("tether")`` (decided again at each call: an application may
@@ -68,16 +93,11 @@ class TetherLogger:
         if structlog.is_configured():
             return structlog.get_logger(LOGGER)
         if self._stdlib is None:
-            self._stdlib = structlog.wrap_logger(
+            # The bound logger itself, not wrap_logger's lazy proxy (which builds one per call).
+            self._stdlib = _LevelFirst(
                 logging.getLogger(LOGGER),
-                wrapper_class=structlog.stdlib.BoundLogger,
-                processors=[
-                    # first: an event below the logger's level costs no more than this check
-                    structlog.stdlib.filter_by_level,
-                    structlog.contextvars.merge_contextvars,
-                    _timestamp,
-                    _to_record,
-                ],
+                processors=[structlog.contextvars.merge_contextvars, _timestamp, _to_record],
+                context={},
             )
         return self._stdlib
 

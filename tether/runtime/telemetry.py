@@ -102,6 +102,13 @@ def bind_msg_id(msg_id: str) -> None:
 _TIMES = frozenset({"at", "until", "deadline"})
 
 
+def span_event(name: str, fields: dict[str, object]) -> None:
+    """A span event ``tether.{name}`` with ``fields`` on the active span, if it records."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(f"tether.{name}", _attributes(fields))
+
+
 def guard_event(name: str, level: str = "warning", **fields: object) -> None:
     """A guard's state change (a breaker trip, a loop detection, an approval requested): a log
     event and, inside a recorded span (the effect's), a span event with the same fields."""
@@ -110,18 +117,14 @@ def guard_event(name: str, level: str = "warning", **fields: object) -> None:
         for k, v in fields.items()
     }
     getattr(log, level)(name, **fields)
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event(f"tether.{name}", _attributes(fields))
+    span_event(name, fields)
 
 
 def supervision_event(name: str, actor_id: str, **fields: object) -> None:
     """Every restart, stop, escalation and backoff: a structlog event and, inside a recorded
     span, a span event with the same fields."""
     log.info(name, actor_id=actor_id, **fields)
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event(f"tether.{name}", _attributes({"actor_id": actor_id, **fields}))
+    span_event(name, {"actor_id": actor_id, **fields})
 
 
 def _attributes(fields: dict[str, object]) -> dict[str, str]:
