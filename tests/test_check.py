@@ -28,6 +28,7 @@ from tests.test_cli import _fresh as _fresh  # the autouse fixture: fresh script
 from tests.test_cli import cli, eventually
 from tether.actors.session import GetSessionInfo
 from tether.cli_check import ProgressBar
+from tether.runtime.check import check_runtime_store
 from tether.runtime.check_report import KINDS
 from tether.testing import check_store, check_store_async
 
@@ -425,3 +426,23 @@ async def test_agent_sessions_with_a_snapshot_every_event_check_clean(tmp_path: 
 async def _approvals(db: Path) -> list[Any]:
     async with tether.Runtime(db, serve=False) as rt:
         return await rt.store.find_approvals()
+
+
+@pytest.mark.anyio
+async def test_the_check_reads_only_through_the_store_protocol_so_a_memory_store_checks_too() -> (
+    None
+):
+    """The same checks on another backend (here the memory store): a store without a check of
+    its own storage says so, and a clean workload is clean."""
+    async with tether.Runtime(":memory:", max_attempts=1, snapshot_every=2) as rt:
+        acct = await rt.spawn(sa.Account, "acct")
+        for amount in (1, 2, 3):
+            await acct.tell(sa.Deposit(amount=amount))
+        await acct.tell(sa.Fail(key="always"))
+        await eventually(rt.dead_letters.list)
+        assert await acct.ask(sa.GetBalance(), timeout=10) == 6
+        report = await check_runtime_store(rt)
+    assert report.ok, report.summary()
+    assert report.storage == "the backend offers no check of its own storage"
+    assert (report.counts["events"], report.counts["snapshots"]) == (3, 1)
+    assert report.counts["dead letters"] == 1
