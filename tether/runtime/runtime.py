@@ -214,9 +214,10 @@ class Runtime:
 
     async def __aenter__(self) -> Self:
         await self.store.open()
-        if isinstance(self.store, SelfChecking) and self.store.damage_at_open:
+        if self.serving and isinstance(self.store, SelfChecking) and self.store.damage_at_open:
             # Served on: an actor whose rows are damaged is named, and left unserved, when it
-            # is read (its fold checks every event up to its head); the others go on.
+            # is read (its fold checks every event up to its head); the others go on. (An
+            # administration process says nothing: `tether check` reports it, in full.)
             telemetry.log.error(
                 "store_damaged",
                 problems=list(self.store.damage_at_open),
