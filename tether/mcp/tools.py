@@ -100,7 +100,16 @@ async def load_tools(server: McpServer, **choices: Unpack[Choices]) -> tuple[Too
     return build(server, await _list(server), **choices)
 
 
+def _require_sdk() -> None:
+    """Fail at once, saying what to install, when the mcp SDK is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None or importlib.util.find_spec("jsonschema") is None:
+        raise ConfigError("tether.mcp needs the mcp SDK and jsonschema: pip install 'tether[mcp]'")
+
+
 async def _list(server: McpServer) -> list[McpTool]:
+    _require_sdk()
     async with _connected(server) as link:
         return await link.list_tools()
 
