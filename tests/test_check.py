@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 
 import tether
 from tests import sample_actors as sa
+from tests.actors import session_agents
 from tests.actors.session_agents import LoopingAgent, RefundAgent
 from tests.badinput.test_corrupt_store import sql
 from tests.cli_runs import cli
@@ -409,7 +411,16 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_erased() -> None:
 # -- agent sessions: snapshots of every step, a loop guard, a modified approval --------------------
 
 
+@pytest.fixture
+def session_log() -> Iterator[None]:
+    """The session agents' tool log, empty before and after (other modules' tests read it)."""
+    session_agents.LOG.clear()
+    yield
+    session_agents.LOG.clear()
+
+
 @pytest.mark.anyio
+@pytest.mark.usefixtures("session_log")
 async def test_agent_sessions_with_a_snapshot_every_event_check_clean(tmp_path: Path) -> None:
     """Sessions, their gates, loop guards and breakers snapshot at every event; a person
     modifies one call's arguments before approving it; a looping session is stopped. The
