@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from tether.actors import genai
 from tether.actors.actor import Actor, check_items
 from tether.actors.context import (
     ChatMessage,
@@ -580,8 +581,8 @@ class AgentSession(Actor[SessionState]):
             why = f"escalated: invalid tool call twice in a row ({call.tool}: {problem})"
             from tether.runtime import telemetry
 
-            telemetry.escalations.add(1, {"tool": call.tool})
-            telemetry.log.warning("session_escalated", session_id=self.id, why=why)
+            telemetry.escalations.add(1, {"tether.tool": call.tool})
+            telemetry.log.info("session_escalated", session_id=self.id, why=why)  # by design
             self._end(f"stopped: {why}", f"I need a person's help: {why}")
             return False
         return True
@@ -719,7 +720,7 @@ MODEL_TOOL = "model"
 
 def _model_tool(cls: type[AgentSession]) -> Tool:
     async def model(request: ModelRequest) -> Decision:
-        return await cls.model.decide(request)
+        return await genai.decide(cls.model, request)  # a GenAI client span and metrics
 
     return Tool(
         model,

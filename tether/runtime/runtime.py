@@ -49,7 +49,7 @@ from tether.errors import (
     StoreError,
     TetherError,
 )
-from tether.runtime import telemetry
+from tether.runtime import telemetry, tracing
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
@@ -61,6 +61,7 @@ from tether.runtime.quarantine import Quarantine
 from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
 from tether.store.hosts import process_start, runtime_gone, this_host
+from tether.store.integrity import SelfChecking
 from tether.store.open import open_store
 from tether.store.protocol import Store
 from tether.store.records import (
@@ -213,6 +214,15 @@ class Runtime:
 
     async def __aenter__(self) -> Self:
         await self.store.open()
+        if self.serving and isinstance(self.store, SelfChecking) and self.store.damage_at_open:
+            # Served on: an actor whose rows are damaged is named, and left unserved, when it
+            # is read (its fold checks every event up to its head); the others go on. (An
+            # administration process says nothing: `tether check` reports it, in full.)
+            telemetry.log.error(
+                "store_damaged",
+                problems=list(self.store.damage_at_open),
+                advice="run `tether check` on the store, and restore it from a backup",
+            )
         try:
             now = self.clock()
             if self.serving:
@@ -557,15 +567,26 @@ class Runtime:
                 actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
             ) from exc
         now = self.clock()
+        type_name = type(msg).__name__
+        # The trace the message joins (tether.runtime.tracing): a step's sends pass on its own.
+        step = current_step.get()
+        if step is not None and not step.closed:
+            inbound = step.cell.current
+            traceparent = tracing.outgoing(
+                inbound.traceparent if inbound is not None else None, True, actor_id, type_name
+            )
+        else:
+            traceparent = tracing.outgoing(None, False, actor_id, type_name)
         return NewMessage(
             msg_id=f"{self._id_prefix}-{next(self._ids)}",
             actor_id=actor_id,
-            type=type(msg).__name__,
+            type=type_name,
             payload=payload,
             deliver_at=now + delay if delay else now,
             created_at=now,
             dedup_key=dedup_key,
             wants_reply=wants_reply,
+            traceparent=traceparent,
             decoded=decoded,
         )
 
@@ -623,6 +644,7 @@ class Runtime:
                     attempts=new.attempts,
                     wants_reply=new.wants_reply,
                     decoded=new.decoded,
+                    traceparent=new.traceparent,
                 )
             )
         else:

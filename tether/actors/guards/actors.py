@@ -262,6 +262,10 @@ class LoopGuard(Actor[LoopState]):
     """One session's loop detector: its recent calls and detections, journaled."""
 
     initial_state = LoopState()
+    #: Its state also holds the calls ``on_start`` rebuilds from the session's ledger (never
+    #: journaled here), so a snapshot is more than its journal's fold: ``tether check`` does
+    #: not compare the two.
+    state_outside_journal: ClassVar[bool] = True
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
