@@ -110,8 +110,11 @@ def parent_context(traceparent: str | None) -> otel_context.Context:
     empty context (a new trace), never whatever span happened to be active when the actor's
     task was started."""
     remote = parse_traceparent(traceparent)
-    if remote is None:
-        return otel_context.Context()
+    return otel_context.Context() if remote is None else _under(remote)
+
+
+def _under(remote: trace.SpanContext) -> otel_context.Context:
+    """A context holding nothing but the remote span ``remote``, to start spans under it."""
     return trace.set_span_in_context(trace.NonRecordingSpan(remote), otel_context.Context())
 
 
@@ -128,7 +131,7 @@ def span_in_trace_of(
     caller = trace.get_current_span().get_span_context()
     return telemetry.tracer.start_as_current_span(
         name,
-        context=trace.set_span_in_context(trace.NonRecordingSpan(remote), otel_context.Context()),
+        context=_under(remote),
         links=[trace.Link(caller)] if caller.is_valid else None,
         attributes=attributes,
     )
