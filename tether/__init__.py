@@ -87,6 +87,7 @@ from tether.runtime.approvals import Approve as Approve
 from tether.runtime.approvals import Modify as Modify
 from tether.runtime.approvals import Reject as Reject
 from tether.runtime.audit import Identity as Identity
+from tether.runtime.collector import GcPolicy as GcPolicy
 from tether.runtime.quarantine import QuarantinedEffect as QuarantinedEffect
 from tether.runtime.runtime import Runtime as Runtime
 from tether.runtime.tree import TreeNode as TreeNode
@@ -169,6 +170,7 @@ __all__ = (
     "TreeNode",
     # runtime and stores
     "Runtime",
+    "GcPolicy",
     "Store",
     "StoreAdmin",
     "open_store",

@@ -54,6 +54,7 @@ from tether.runtime.approval_desk import Approvals
 from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
 from tether.runtime.clock import Clock, SystemClock
+from tether.runtime.collector import GcPolicy, governor
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 A = TypeVar("A", bound=Actor[Any])
 
 _MAX_ID_LEN = 256
+_DEFAULT_GC = GcPolicy()
 
 
 class Runtime:
@@ -115,6 +117,10 @@ class Runtime:
         serve: False opens the store for administration only (the CLI, a web hook that
             decides approvals): no actor ever runs in this process; messages sent from it are
             stored for the runtimes that serve the store.
+        gc: what the runtime does to CPython's cyclic garbage collector while it serves
+            (process-wide; see ``tether.GcPolicy``): by default it raises the thresholds and
+            freezes long-lived objects after activations; ``GcPolicy.unchanged()`` leaves
+            the collector alone. Not applied with ``serve=False``.
         clock: the time source for delays, restart windows and backoff
             (``tether.testing.FakeClock`` in tests); also the lease clock of a store opened
             from ``path`` that has no clock of its own (SQLite, memory).
@@ -137,6 +143,7 @@ class Runtime:
         clock: Clock | None = None,
         approval_policy: ApprovalPolicy | None = None,
         serve: bool = True,
+        gc: GcPolicy = _DEFAULT_GC,
     ) -> None:
         _positive("max_attempts", max_attempts, integer=True)
         _positive("snapshot_every", snapshot_every, integer=True)
@@ -147,6 +154,8 @@ class Runtime:
         _positive("max_message_bytes", max_message_bytes, integer=True)
         if passivate_after is not None:
             _positive("passivate_after", passivate_after)
+        if not isinstance(gc, GcPolicy):
+            raise ConfigError(f"gc must be a tether.GcPolicy, not {gc!r}")
         if store is not None and durability is not None:
             # Never silently ignored: the store was opened with a durability of its own.
             raise ConfigError(
@@ -182,6 +191,7 @@ class Runtime:
         self.quarantine = Quarantine(self)
         self.approvals = Approvals(self)
         self.serving = serve
+        self.gc_policy = gc
         self.guards = Guards(self)
         self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
 
@@ -236,6 +246,8 @@ class Runtime:
             await self.store.close()
             raise
         self._open = True
+        if self.serving:
+            governor.enter(self.gc_policy)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
         if not self.serving:  # asks from an admin process are answered by the serving ones
@@ -285,6 +297,8 @@ class Runtime:
                     if self.serving:
                         await self.store.remove_runtime(self.runtime_id)
                 finally:
+                    if self.serving:
+                        governor.exit(self.gc_policy)
                     await self.store.close()
         for futs in self._asks.values():
             for fut in futs:
@@ -995,6 +1009,7 @@ class Runtime:
             self.cells[actor_id] = cell
             self.start_soon(cell.run)
             telemetry.activations.add(1)
+            governor.activated(len(self.cells))
             return cell
         finally:
             if self._activating.get(actor_id) is done:
