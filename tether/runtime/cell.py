@@ -225,6 +225,9 @@ class Cell:
         self.runtime = runtime
         self.parent_id = parent_id
         self.ready = asyncio.Event()
+        # Set the first time its mailbox is empty (or it exits): an activation's place in the
+        # runtime's ActivationQueue is held until then, at most a while.
+        self.caught_up = asyncio.Event()
         self.scope = anyio.CancelScope()
         self.local_seq = 0
         self.current: StoredMessage | None = None  # the message being delivered
@@ -503,6 +506,7 @@ class Cell:
                 self._idle_timer.cancel()
                 self._idle_timer = None
             self.ready.set()
+            self.caught_up.set()
             self.runtime.cell_exited(self)
             self.exited.set()
 
@@ -614,6 +618,8 @@ class Cell:
                 return self.buffer[0]
             if expired:
                 return None
+            if not self.caught_up.is_set():
+                self.caught_up.set()
             self.wake.clear()
             # Re-check after clearing: a leave() or stop during the rescan set wake already.
             if self.stop_reason is not None or self.leaving or self.rescan_requested:
@@ -657,7 +663,7 @@ class Cell:
 
     async def _rescan(self) -> None:
         """Pick up messages stored by other processes (or before this activation)."""
-        rows = await self.runtime.store.pending(
+        rows = await self.runtime.reads.pending(
             self._actor_id, self.runtime.clock(), 1000, on_corrupt=self._corrupt_message
         )
         fresh = [m for m in rows if m.msg_id not in self.known]
@@ -1147,9 +1153,9 @@ async def fold(
     """The state of ``actor_id`` as its committed journal makes it (I3), folded with
     ``instance.apply`` from the latest snapshot, and the seq it is at. Reads only: a cell's
     recovery, and an administration process's view of an actor it does not run."""
-    store = runtime.store
+    reads = runtime.reads  # gathered with other activations' reads (tether.runtime.reads)
     _, event_decoder, state_decoder = decoders(spec)
-    snap = await store.load_snapshot(actor_id)
+    snap = await reads.load_snapshot(actor_id)
     if snap is not None:
         try:
             state = state_decoder.decode(snap.state)
@@ -1164,7 +1170,7 @@ async def fold(
     apply = instance.apply
     decode = event_decoder.decode if event_decoder is not None else None
     while True:
-        rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
+        rows = await reads.load_journal(actor_id, seq, _JOURNAL_CHUNK)
         if rows and decode is None:
             raise CorruptRecordError(f"{actor_id!r} has journal events but its class folds none")
         try:  # one try around the hot loop, not one per event

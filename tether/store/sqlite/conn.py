@@ -233,6 +233,13 @@ def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list
     return conn.execute(sql, params).fetchall()
 
 
+def _fetch_each(
+    conn: sqlite3.Connection, queries: Sequence[tuple[str, Sequence[Any]]]
+) -> list[Any]:
+    execute = conn.execute
+    return [execute(sql, params).fetchall() for sql, params in queries]
+
+
 def run_inline_fn(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     return run_inline(fn(*args))
 
@@ -318,6 +325,16 @@ class Database:
             raise StoreError(f"store {self.path!r} is not open")
         try:
             return await self.reader.execute_fetchall(sql, params)
+        except sqlite3.Error as exc:
+            raise store_error(f"read from {self.path!r} failed", exc) from exc
+
+    async def read_each(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """The rows of each statement, in order, all in one hop to the reader."""
+        if self.reader is None:
+            raise StoreError(f"store {self.path!r} is not open")
+        reader = self.reader
+        try:
+            return await reader.call(_fetch_each, reader.conn, queries)
         except sqlite3.Error as exc:
             raise store_error(f"read from {self.path!r} failed", exc) from exc
 
