@@ -24,7 +24,7 @@ import anyio
 if TYPE_CHECKING:
     from tether.runtime.cell import Cell
 
-_SLOT_WAIT = 1.0  # s an activation holds its place at most
+_SLOT_WAIT = 3.0  # s an activation holds its place at most
 
 Starter = Callable[..., object]  # Runtime.start_soon: runs fn(*args) in the runtime's task group
 

@@ -87,7 +87,7 @@ A = TypeVar("A", bound=Actor[Any])
 
 _MAX_ID_LEN = 256
 _DEFAULT_GC = GcPolicy()
-_ACTIVATING_AT_ONCE = 256  # activations under way at a time (tether.runtime.activations)
+_ACTIVATING_AT_ONCE = 128  # activations under way at a time (tether.runtime.activations)
 
 
 class Runtime:
