@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from tether.errors import CorruptRecordError, RuntimeClosed
+from tether.errors import RuntimeClosed, TetherError
 from tether.store.admin import OnCorrupt
 from tether.store.protocol import Store
 from tether.store.reads import (
@@ -85,7 +85,7 @@ class Reader:
         self._queue.append((read, fut))
         self._wake.set()
         value = await fut
-        if isinstance(value, CorruptRecordError):  # this read's own damaged row
+        if isinstance(value, TetherError):  # this read's own damaged row or page
             raise value
         return value
 

@@ -58,8 +58,9 @@ class BatchedReads(Protocol):
     async def read_many(self, reads: Sequence[Read]) -> list[object]:
         """What each of ``reads`` returns when made alone, in order. Each read sees at least
         every write committed before ``read_many`` was called (as it would alone). Where one
-        read alone would raise ``CorruptRecordError`` (a damaged row), its place holds that
-        exception, and the other reads are answered all the same. A failure of the call as a
+        read alone would raise (a damaged row or page: ``CorruptRecordError``, naming its
+        actor), its place holds that exception, and the other reads are answered all the
+        same. A failure of the call as a
         whole (a closed store, an unreadable file) raises ``StoreError``."""
         ...
 

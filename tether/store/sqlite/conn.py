@@ -235,9 +235,16 @@ def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list
 
 def _fetch_each(
     conn: sqlite3.Connection, queries: Sequence[tuple[str, Sequence[Any]]]
-) -> list[Any]:
-    execute = conn.execute
-    return [execute(sql, params).fetchall() for sql, params in queries]
+) -> list[list[Any] | sqlite3.Error]:
+    """Each statement's rows, or the error it alone failed with (a damaged page is one
+    actor's: the others are still read)."""
+    out: list[list[Any] | sqlite3.Error] = []
+    for sql, params in queries:
+        try:
+            out.append(conn.execute(sql, params).fetchall())
+        except sqlite3.Error as exc:
+            out.append(exc)
+    return out
 
 
 def run_inline_fn(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
@@ -302,6 +309,10 @@ class Database:
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise StoreOpenError(f"cannot switch {self.path!r} to WAL mode")
             await db.execute(f"PRAGMA synchronous = {self.synchronous}")
+            # Check each b-tree cell's size and place as its page is read: a damaged page
+            # (cell pointers overwritten) is then an SQLITE_CORRUPT error, where unchecked it
+            # can read as a page with fewer rows, and a journal as one with fewer events.
+            await db.execute("PRAGMA cell_size_check = ON")
         except BaseException:
             # Not in self.writer/reader yet, so close() would miss it.
             await db.close()
@@ -319,17 +330,23 @@ class Database:
             raise StoreError(f"store {self.path!r} is not open")
         return self.writer
 
-    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """The rows of one statement on the reader (its own snapshot)."""
+    async def read(self, sql: str, params: Sequence[Any] = (), *, of: str = "") -> list[Any]:
+        """The rows of one statement on the reader (its own snapshot). ``of``: what is read
+        (``"the journal of 'a'"``), named by the error if the read fails: a damaged page then
+        names the actor whose rows it holds."""
         if self.reader is None:
             raise StoreError(f"store {self.path!r} is not open")
         try:
             return await self.reader.execute_fetchall(sql, params)
         except sqlite3.Error as exc:
-            raise store_error(f"read from {self.path!r} failed", exc) from exc
+            what = f"read of {of} from" if of else "read from"
+            raise store_error(f"{what} {self.path!r} failed", exc) from exc
 
-    async def read_each(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-        """The rows of each statement, in order, all in one hop to the reader."""
+    async def read_each(
+        self, queries: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[Any] | sqlite3.Error]:
+        """The rows of each statement, in order, all in one hop to the reader; a statement
+        that failed alone has its error in its place."""
         if self.reader is None:
             raise StoreError(f"store {self.path!r} is not open")
         reader = self.reader

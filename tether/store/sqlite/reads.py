@@ -4,6 +4,7 @@ runs many of them in one hop to the reader thread (``tether.store.reads``)."""
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from tether.errors import CorruptRecordError
@@ -11,6 +12,7 @@ from tether.store.admin import OnCorrupt
 from tether.store.reads import GetActor, LoadJournal, LoadSnapshot, Pending, Read
 from tether.store.records import ActorRecord, JournalRow, Snapshot, StoredMessage
 from tether.store.sqlite import rows
+from tether.store.sqlite.conn import store_error
 
 GET_ACTOR = f"SELECT {rows.ACTOR_COLUMNS} FROM actors WHERE actor_id = ?"
 LOAD_SNAPSHOT = "SELECT seq, state FROM snapshots WHERE actor_id = ?"
@@ -53,9 +55,29 @@ def pending(found: list[Any], actor_id: str, on_corrupt: OnCorrupt | None) -> li
             wants_reply=bool(wants_reply),
             seq=seq,
             parks=parks,
+            traceparent=traceparent,
         )
-        for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks in found
+        for (
+            seq,
+            msg_id,
+            type_,
+            payload,
+            deliver_at,
+            attempts,
+            errors,
+            wants_reply,
+            parks,
+            traceparent,
+        ) in found
     ]
+
+
+def of(read: Read) -> str:
+    """What ``read`` reads, as a failed read names it (a damaged page names its actor)."""
+    what = {GetActor: "record", LoadSnapshot: "snapshot", LoadJournal: "journal"}.get(
+        type(read), "mailbox"
+    )
+    return f"the {what} of {read.actor_id!r}"
 
 
 def query(read: Read) -> tuple[str, tuple[Any, ...]]:
@@ -72,9 +94,11 @@ def query(read: Read) -> tuple[str, tuple[Any, ...]]:
     raise TypeError(f"not a read: {read!r}")
 
 
-def shape(read: Read, found: list[Any]) -> object:
-    """What the single read returns for the rows ``found``; the ``CorruptRecordError`` it
-    would raise, in its place."""
+def shape(read: Read, found: list[Any] | sqlite3.Error, path: str) -> object:
+    """What the single read returns for the rows ``found``; the error it would raise (its
+    statement failed: a damaged page; or a damaged row), in its place."""
+    if isinstance(found, sqlite3.Error):
+        return store_error(f"read of {of(read)} from {path!r} failed", found)
     try:
         match read:
             case GetActor():

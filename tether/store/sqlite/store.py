@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 import anyio
 
-from tether.errors import StoreError, StoreOpenError
+from tether.errors import CorruptRecordError, StoreError, StoreOpenError
 from tether.store.admin import OnCorrupt
-from tether.store.reads import BatchedReads, Read
+from tether.store.reads import BatchedReads, GetActor, LoadJournal, LoadSnapshot, Pending, Read
 from tether.store.records import (
     ActorRecord,
     AuditRecord,
@@ -66,6 +66,10 @@ class SqliteStore(Ledger, AuditLog):
         clock: the lease clock (seconds since the epoch); default: the system's.
         create: False refuses to open a file that does not hold a store yet (a tool that
             only administers stores).
+        quick_check: run SQLite's ``PRAGMA quick_check`` over the whole file when it is
+            opened (about 0.2 s per 100 MB; ``docs/operations.md``), and keep what it finds
+            in ``damage_at_open`` (the runtime logs it). False skips it: a very large store
+            whose opening must be fast, checked with ``tether check`` instead.
     """
 
     immediate: None = None  # every write waits for the writer thread
@@ -77,6 +81,7 @@ class SqliteStore(Ledger, AuditLog):
         durability: Durability = "full",
         clock: Callable[[], float] | None = None,
         create: bool = True,
+        quick_check: bool = True,
     ) -> None:
         if durability not in ("full", "normal"):
             raise StoreOpenError(f"durability must be 'full' or 'normal', not {durability!r}")
@@ -84,11 +89,33 @@ class SqliteStore(Ledger, AuditLog):
         self.durability = durability
         self.clock = clock if clock is not None else time.time
         self._db = Database(self.path, synchronous=durability.upper(), create=create)
+        self.quick_check = quick_check
+        self._damage_at_open: list[str] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
         await self._db.open(self._ensure_schema)
+        self._damage_at_open = (
+            await self.storage_problems(quick=True)
+            if self.quick_check and self.path != ":memory:"
+            else []
+        )
+
+    @property
+    def damage_at_open(self) -> list[str]:
+        return list(self._damage_at_open)
+
+    async def storage_problems(self, *, quick: bool = False) -> list[str]:
+        """SQLite's own check of every page, on the reader (WAL: writers go on meanwhile):
+        at most 100 problems, each as SQLite words it."""
+        pragma = "quick_check" if quick else "integrity_check"
+        try:
+            found = await self._read(f"PRAGMA {pragma}(100)")
+        except CorruptRecordError as exc:  # so damaged that the check itself cannot run
+            return [str(exc)]
+        problems = [str(row[0]) for row in found]
+        return [] if problems == ["ok"] else problems
 
     async def _ensure_schema(self, tx: Tx) -> None:
         await ensure_schema(
@@ -109,8 +136,8 @@ class SqliteStore(Ledger, AuditLog):
         """The writer connection (tests set pragmas on it)."""
         return self._db.w()
 
-    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return await self._db.read(sql, params)
+    async def _read(self, sql: str, params: Sequence[Any] = (), *, of: str = "") -> list[Any]:
+        return await self._db.read(sql, params, of=of)
 
     async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
         """A small write outside the group committer: each statement's changed-row count."""
@@ -136,7 +163,8 @@ class SqliteStore(Ledger, AuditLog):
         return self.clock()
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
-        return reads.actor(await self._read(reads.GET_ACTOR, (actor_id,)))
+        found = await self._read(reads.GET_ACTOR, (actor_id,), of=reads.of(GetActor(actor_id)))
+        return reads.actor(found)
 
     async def list_actors(
         self, *, parent_id: str | None = None, on_corrupt: OnCorrupt | None = None
@@ -152,15 +180,25 @@ class SqliteStore(Ledger, AuditLog):
         return [ActorRecord(*r) for r in checked]
 
     async def load_snapshot(self, actor_id: str) -> Snapshot | None:
-        return reads.snapshot(await self._read(reads.LOAD_SNAPSHOT, (actor_id,)))
+        found = await self._read(
+            reads.LOAD_SNAPSHOT, (actor_id,), of=reads.of(LoadSnapshot(actor_id))
+        )
+        return reads.snapshot(found)
 
     async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
-        return reads.journal(await self._read(reads.LOAD_JOURNAL, (actor_id, after_seq, limit)))
+        found = await self._read(
+            reads.LOAD_JOURNAL,
+            (actor_id, after_seq, limit),
+            of=reads.of(LoadJournal(actor_id, after_seq, limit)),
+        )
+        return reads.journal(found)
 
     async def pending(
         self, actor_id: str, now: float, limit: int, *, on_corrupt: OnCorrupt | None = None
     ) -> list[StoredMessage]:
-        found = await self._read(reads.PENDING, (actor_id, now, limit))
+        found = await self._read(
+            reads.PENDING, (actor_id, now, limit), of=reads.of(Pending(actor_id, now, limit))
+        )
         return reads.pending(found, actor_id, on_corrupt)
 
     @property
@@ -171,7 +209,7 @@ class SqliteStore(Ledger, AuditLog):
         """``tether.store.reads.BatchedReads``: every read's statement in one hop to the
         reader thread, each on its own snapshot (as the single reads are)."""
         found = await self._db.read_each([reads.query(r) for r in batch])
-        return [reads.shape(r, f) for r, f in zip(batch, found, strict=True)]
+        return [reads.shape(r, f, self.path) for r, f in zip(batch, found, strict=True)]
 
     async def list_messages(
         self, actor_id: str, limit: int, *, on_corrupt: OnCorrupt | None = None
