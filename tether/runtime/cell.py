@@ -226,6 +226,9 @@ class Cell:
         self.runtime = runtime
         self.parent_id = parent_id
         self.ready = asyncio.Event()
+        # Set the first time its mailbox is empty (or it exits): an activation's place in the
+        # runtime's ActivationQueue is held until then, at most a while.
+        self.caught_up = asyncio.Event()
         self.scope = anyio.CancelScope()
         self.local_seq = 0
         self.current: StoredMessage | None = None  # the message being delivered
@@ -504,6 +507,7 @@ class Cell:
                 self._idle_timer.cancel()
                 self._idle_timer = None
             self.ready.set()
+            self.caught_up.set()
             self.runtime.cell_exited(self)
             self.exited.set()
 
@@ -615,6 +619,8 @@ class Cell:
                 return self.buffer[0]
             if expired:
                 return None
+            if not self.caught_up.is_set():
+                self.caught_up.set()
             self.wake.clear()
             # Re-check after clearing: a leave() or stop during the rescan set wake already.
             if self.stop_reason is not None or self.leaving or self.rescan_requested:
@@ -658,7 +664,7 @@ class Cell:
 
     async def _rescan(self) -> None:
         """Pick up messages stored by other processes (or before this activation)."""
-        rows = await self.runtime.store.pending(
+        rows = await self.runtime.reads.pending(
             self._actor_id, self.runtime.clock(), 1000, on_corrupt=self._corrupt_message
         )
         fresh = [m for m in rows if m.msg_id not in self.known]
@@ -1177,7 +1183,7 @@ async def fold(
 async def _fold(
     runtime: Runtime, spec: ActorSpec, actor_id: str, instance: Actor[Any]
 ) -> tuple[Any, int]:
-    store = runtime.store
+    store = runtime.reads  # gathered with other activations' reads (tether.runtime.reads)
     _, event_decoder, state_decoder = decoders(spec)
     snap = await store.load_snapshot(actor_id)
     # Read after the snapshot and before the journal: a head read concurrently with a live

@@ -50,6 +50,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.runtime import telemetry, tracing
+from tether.runtime.activations import ActivationQueue
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
@@ -59,6 +60,7 @@ from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
 from tether.runtime.quarantine import Quarantine
+from tether.runtime.reads import Reader
 from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
 from tether.store.hosts import process_start, runtime_gone, this_host
@@ -87,6 +89,7 @@ A = TypeVar("A", bound=Actor[Any])
 
 _MAX_ID_LEN = 256
 _DEFAULT_GC = GcPolicy()
+_ACTIVATING_AT_ONCE = 128  # activations under way at a time (tether.runtime.activations)
 
 
 class Runtime:
@@ -182,6 +185,7 @@ class Runtime:
         self.host = this_host()  # the same-host shortcut's identity (tether.store.hosts)
         self.runtime_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self.committer = GroupCommitter(store, on_stored=self._message_stored)
+        self.reads = Reader(store)  # activation reads, gathered (tether.runtime.reads)
         self.cells: dict[str, Cell] = {}
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
         # msg id -> attempt -> why it did not finish (its commit failed), for its error history
@@ -204,6 +208,9 @@ class Runtime:
         self._ask_actor: dict[str, str] = {}
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
         self._activating: dict[str, asyncio.Event] = {}  # in progress; set when done
+        self._to_activate = ActivationQueue(
+            self._activate_quietly, self.start_soon, _ACTIVATING_AT_ONCE
+        )
         self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
@@ -250,6 +257,7 @@ class Runtime:
             governor.enter(self.gc_policy)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
+        self._tg.start_soon(self.reads.run)
         if not self.serving:  # asks from an admin process are answered by the serving ones
             self._tg.start_soon(self._keep_running, "reply_poll", self._reply_poller)
         if self.serving:
@@ -909,11 +917,11 @@ class Runtime:
             and actor_id not in self._activating
             and actor_id not in self.cells
         ):
-            self.start_soon(self._activate_quietly, actor_id)
+            self._to_activate.add(actor_id)  # in the order found, a bounded number at a time
 
-    async def _activate_quietly(self, actor_id: str) -> None:
+    async def _activate_quietly(self, actor_id: str) -> Cell | None:
         try:
-            await self._activate(actor_id)
+            return await self._activate(actor_id)
         except CorruptRecordError as exc:
             # Its row (or its parent's) is damaged: it is not served, its mail waits in the
             # mailbox until the row is repaired. Logged once; retried after the backoff.
@@ -922,6 +930,7 @@ class Runtime:
         except Exception as exc:  # noqa: BLE001 - recorded; retried after a backoff
             telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
             self.activation_failed(actor_id, exc)
+        return None
 
     @staticmethod
     def report_corrupt_actor(actor_id: str, exc: CorruptRecordError) -> None:
@@ -957,7 +966,7 @@ class Runtime:
             return None
         done = self._activating[actor_id] = asyncio.Event()
         try:
-            rec = await self.store.get_actor(actor_id)
+            rec = await self.reads.get_actor(actor_id)
             if rec is None:
                 # Every send checks the registry, so only a damaged store holds mail for an
                 # actor it does not know: dead-letter that mail, with the reason, at once.
