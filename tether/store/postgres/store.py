@@ -27,6 +27,7 @@ import psycopg
 
 from tether.errors import ConfigError, StoreError
 from tether.store.hosts import hostname_of, runtime_gone
+from tether.store.open import shown
 from tether.store.postgres import cursor as scan
 from tether.store.postgres import rows, schema, writes
 from tether.store.postgres.conn import Conn, Readers, Settings
@@ -65,16 +66,12 @@ def split_schema(dsn: str, schema: str | None) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(query=rest)), named[0]
 
 
-def shown(dsn: str) -> str:
-    """``dsn`` with any password replaced, for messages."""
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-    except ValueError:
-        return "a PostgreSQL store"
-    if parts.password is None:
-        return dsn
+def with_schema(dsn: str, schema: str) -> str:
+    """The URL ``dsn`` naming ``schema`` (``?schema=``)."""
+    parts = urllib.parse.urlsplit(dsn)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "schema"]
     return urllib.parse.urlunsplit(
-        parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))
+        parts._replace(query=urllib.parse.urlencode([*query, ("schema", schema)]))
     )
 
 
