@@ -42,10 +42,11 @@ _approval_decoder = msgspec.msgpack.Decoder(ApprovalRecord)
 
 ACTOR_COLUMNS = (
     "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, "
-    "lease_expires, created_at"
+    "lease_expires, created_at, head_seq"
 )
 MAILBOX_COLUMNS = (
-    "seq, msg_id, actor_id, type, payload, deliver_at, attempts, errors, wants_reply, parks"
+    "seq, msg_id, actor_id, type, payload, deliver_at, attempts, errors, wants_reply, parks, "
+    "traceparent"
 )
 RUNTIME_COLUMNS = "runtime_id, host, pid, started_at"
 
@@ -55,7 +56,8 @@ def actor(row: Sequence[Any]) -> ActorRecord:
 
 
 def message(row: Sequence[Any]) -> StoredMessage:
-    seq, msg_id, actor_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks = row
+    (seq, msg_id, actor_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks,
+     traceparent) = row  # fmt: skip
     return StoredMessage(
         msg_id=msg_id,
         actor_id=actor_id,
@@ -67,6 +69,7 @@ def message(row: Sequence[Any]) -> StoredMessage:
         wants_reply=wants_reply,
         seq=seq,
         parks=parks,
+        traceparent=traceparent,
     )
 
 

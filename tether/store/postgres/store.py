@@ -507,8 +507,8 @@ def _reuse_id(cur: Cursor, record: ActorRecord, dependents: list[str]) -> list[s
         cur.execute(f"DELETE FROM {table} WHERE {column} = ANY(%s)", (ids,))
     if dependents:
         cur.execute(
-            "UPDATE actors SET fence = fence + 1, lease_owner = NULL, lease_expires = 0 "
-            "WHERE actor_id = ANY(%s)",
+            "UPDATE actors SET fence = fence + 1, lease_owner = NULL, lease_expires = 0, "
+            "head_seq = 0 WHERE actor_id = ANY(%s)",
             (dependents,),
         )
     cur.execute("SELECT msg_id FROM mailbox WHERE actor_id = %s ORDER BY seq", (actor_id,))

@@ -63,12 +63,12 @@ UPSERT_EFFECT = (
 
 _INSERT_MESSAGES = (
     "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, "
-    "created_at, attempts) "
+    "created_at, attempts, traceparent) "
     "SELECT v.msg_id, v.actor_id, v.type, v.payload, v.deliver_at, v.wants_reply, "
-    "v.created_at, v.attempts FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[], "
-    "%s::float8[], %s::bool[], %s::float8[], %s::int[], %s::text[]) WITH ORDINALITY "
-    "AS v(msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts, "
-    "dedup_key, n) "
+    "v.created_at, v.attempts, v.traceparent FROM unnest(%s::text[], %s::text[], %s::text[], "
+    "%s::bytea[], %s::float8[], %s::bool[], %s::float8[], %s::int[], %s::text[], %s::text[]) "
+    "WITH ORDINALITY AS v(msg_id, actor_id, type, payload, deliver_at, wants_reply, "
+    "created_at, attempts, dedup_key, traceparent, n) "
     "WHERE v.dedup_key IS NULL OR NOT EXISTS (SELECT 1 FROM dedup d WHERE "
     "d.actor_id = v.actor_id AND d.dedup_key = v.dedup_key AND d.msg_id <> v.msg_id) "
     "ORDER BY v.n"
@@ -224,6 +224,7 @@ def insert_messages(cur: Cursor, messages: list[NewMessage], result: BatchResult
             [m.created_at for m in messages],
             [m.attempts for m in messages],
             [m.dedup_key for m in messages],
+            [m.traceparent for m in messages],
         ),
     )
     if keyed:

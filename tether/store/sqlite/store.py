@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import anyio
 
-from tether.errors import StoreError, StoreOpenError
+from tether.errors import CorruptRecordError, StoreError, StoreOpenError
 from tether.store.admin import OnCorrupt
 from tether.store.records import (
     ActorRecord,
@@ -65,6 +65,10 @@ class SqliteStore(Ledger, AuditLog):
         clock: the lease clock (seconds since the epoch); default: the system's.
         create: False refuses to open a file that does not hold a store yet (a tool that
             only administers stores).
+        quick_check: run SQLite's ``PRAGMA quick_check`` over the whole file when it is
+            opened (about 0.2 s per 100 MB; ``docs/operations.md``), and keep what it finds
+            in ``damage_at_open`` (the runtime logs it). False skips it: a very large store
+            whose opening must be fast, checked with ``tether check`` instead.
     """
 
     immediate: None = None  # every write waits for the writer thread
@@ -77,6 +81,7 @@ class SqliteStore(Ledger, AuditLog):
         durability: Durability = "full",
         clock: Callable[[], float] | None = None,
         create: bool = True,
+        quick_check: bool = True,
     ) -> None:
         if durability not in ("full", "normal"):
             raise StoreOpenError(f"durability must be 'full' or 'normal', not {durability!r}")
@@ -84,11 +89,33 @@ class SqliteStore(Ledger, AuditLog):
         self.durability = durability
         self.clock = clock if clock is not None else time.time
         self._db = Database(self.path, synchronous=durability.upper(), create=create)
+        self.quick_check = quick_check
+        self._damage_at_open: list[str] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
         await self._db.open(self._ensure_schema)
+        self._damage_at_open = (
+            await self.storage_problems(quick=True)
+            if self.quick_check and self.path != ":memory:"
+            else []
+        )
+
+    @property
+    def damage_at_open(self) -> list[str]:
+        return list(self._damage_at_open)
+
+    async def storage_problems(self, *, quick: bool = False) -> list[str]:
+        """SQLite's own check of every page, on the reader (WAL: writers go on meanwhile):
+        at most 100 problems, each as SQLite words it."""
+        pragma = "quick_check" if quick else "integrity_check"
+        try:
+            found = await self._read(f"PRAGMA {pragma}(100)")
+        except CorruptRecordError as exc:  # so damaged that the check itself cannot run
+            return [str(exc)]
+        problems = [str(row[0]) for row in found]
+        return [] if problems == ["ok"] else problems
 
     async def _ensure_schema(self, tx: Tx) -> None:
         await ensure_schema(
@@ -109,8 +136,8 @@ class SqliteStore(Ledger, AuditLog):
         """The writer connection (tests set pragmas on it)."""
         return self._db.w()
 
-    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return await self._db.read(sql, params)
+    async def _read(self, sql: str, params: Sequence[Any] = (), *, of: str = "") -> list[Any]:
+        return await self._db.read(sql, params, of=of)
 
     async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
         """A small write outside the group committer: each statement's changed-row count."""
@@ -137,7 +164,9 @@ class SqliteStore(Ledger, AuditLog):
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
         found = await self._read(
-            f"SELECT {rows.ACTOR_COLUMNS} FROM actors WHERE actor_id = ?", (actor_id,)
+            f"SELECT {rows.ACTOR_COLUMNS} FROM actors WHERE actor_id = ?",
+            (actor_id,),
+            of=f"the record of {actor_id!r}",
         )
         return rows.actor(found[0]) if found else None
 
@@ -155,13 +184,18 @@ class SqliteStore(Ledger, AuditLog):
         return [ActorRecord(*r) for r in checked]
 
     async def load_snapshot(self, actor_id: str) -> Snapshot | None:
-        found = await self._read("SELECT seq, state FROM snapshots WHERE actor_id = ?", (actor_id,))
+        found = await self._read(
+            "SELECT seq, state FROM snapshots WHERE actor_id = ?",
+            (actor_id,),
+            of=f"the snapshot of {actor_id!r}",
+        )
         return Snapshot(seq=found[0][0], state=found[0][1]) if found else None
 
     async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
         found = await self._read(
             "SELECT seq, payload FROM journal WHERE actor_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (actor_id, after_seq, limit),
+            of=f"the journal of {actor_id!r}",
         )
         return [JournalRow(seq, payload) for seq, payload in found]
 
@@ -175,6 +209,7 @@ class SqliteStore(Ledger, AuditLog):
             "FROM mailbox WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at "
             "OR typeof(deliver_at) NOT IN ('real', 'integer')) ORDER BY seq LIMIT ?",
             (actor_id, now, limit),
+            of=f"the mailbox of {actor_id!r}",
         )
         if on_corrupt is not None or not rows.all_typed(found, rows.MAILBOX_TYPES):
             found = list(
@@ -192,8 +227,20 @@ class SqliteStore(Ledger, AuditLog):
                 wants_reply=bool(wants_reply),
                 seq=seq,
                 parks=parks,
+                traceparent=traceparent,
             )
-            for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks in found
+            for (
+                seq,
+                msg_id,
+                type_,
+                payload,
+                deliver_at,
+                attempts,
+                errors,
+                wants_reply,
+                parks,
+                traceparent,
+            ) in found
         ]
 
     async def list_messages(
