@@ -65,7 +65,7 @@ from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
 from tether.store.hosts import process_start, runtime_gone, this_host
 from tether.store.integrity import SelfChecking
-from tether.store.open import open_store
+from tether.store.open import open_store, shown
 from tether.store.protocol import Store
 from tether.store.records import (
     ActorRecord,
@@ -217,6 +217,7 @@ class Runtime:
         self._timers: list[float] = []
         self._ask_deadlines = _Deadlines(AskTimeout)
         self._scheduler_wake = asyncio.Event()
+        self._replies_wake = asyncio.Event()  # an admin process's: a reply may be stored
         self._scan_cursor: MessageCursor | None = None  # the scheduler's: where its scan stopped
         self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
         self._tg: anyio.abc.TaskGroup | None = None
@@ -255,6 +256,9 @@ class Runtime:
         self._open = True
         if self.serving:
             governor.enter(self.gc_policy)
+        feed = self.store.changes
+        if feed is not None:  # other processes' writes wake the scans now, not at the next poll
+            feed.listen(self._store_changed)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
         self._tg.start_soon(self.reads.run)
@@ -267,7 +271,7 @@ class Runtime:
         telemetry.log.debug(
             "runtime_opened",
             runtime_id=self.runtime_id,
-            store=self.path or type(self.store).__name__,
+            store=shown(self.path) if self.path else type(self.store).__name__,  # no password
             serving=self.serving,
         )
         return self
@@ -761,10 +765,17 @@ class Runtime:
                     reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
                 )
 
+    def _store_changed(self) -> None:
+        """Another process wrote to the store (``Store.changes``): look now."""
+        self._scheduler_wake.set()
+        self._replies_wake.set()
+
     async def _reply_poller(self) -> None:
         while True:
+            self._replies_wake.clear()
             await self._poll_replies()
-            await anyio.sleep(self.poll_interval)
+            with anyio.move_on_after(self.poll_interval):
+                await self._replies_wake.wait()
 
     def _reply_decoder(self, spec: ActorSpec) -> msgspec.msgpack.Decoder[Any]:
         dec = self._reply_decoders.get(spec.reply_type)
