@@ -683,7 +683,7 @@ def test_the_store_is_named_by_url_on_the_command_line_and_in_tether_db(
     [
         (":memory:", "exists only inside the process that made it"),
         ("memory://", "exists only inside the process that made it"),
-        ("postgresql://db/agents", "pip install 'tether[postgres]'"),
+        ("postgresql://postgres@127.0.0.1:1/agents", "cannot open store"),
         ("nosuch://x", "unknown store URL scheme 'nosuch'"),
         ("sqlite:///nope.db", "no store at 'nope.db'"),
     ],
