@@ -40,6 +40,20 @@ def test_three_runtimes_serving_one_store_survive_kills_of_any_of_them(tmp_path:
     assert_world_held(figures, spec, tmp_path)
 
 
+@pytest.mark.slow
+def test_three_runtimes_on_postgresql_survive_kills_of_any_of_them(
+    tmp_path: Path, pg_url: str
+) -> None:
+    # The same world on a PostgreSQL store (a schema of this test run's database): three
+    # processes on one server, each killed in turn; no pid shortcut is needed to go on.
+    spec = WorldSpec(
+        kills=8, sessions=4, counters=3, sinks=2, tasks=3, seed=SEED, runtimes=3, db=pg_url
+    )
+    figures = run_world(tmp_path, spec)
+    assert figures.store == "postgresql"
+    assert_world_held(figures, spec, tmp_path)
+
+
 def assert_world_held(figures: Figures, spec: WorldSpec, where: Path) -> None:
     """Every must-be-zero figure is 0, every kill happened, and the workload did what it is
     for: every task finished, approvals both ways, effects, many messages."""
