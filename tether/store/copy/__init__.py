@@ -1,9 +1,10 @@
 """``tether copy``: move a stopped store to another backend, table by table, verified by counts.
 
-* ``tables``  what crosses: the tables, their keys, a page of rows, and ``CopyableStore``, the
+* ``tables``    what crosses: the tables, their keys, a page of rows, and ``CopyableStore``, the
   two methods a backend implements (``dump_table``, ``load_table``)
-* ``run``     ``copy_store(src, dst)``: the checks before (both stopped, the destination empty),
+* ``run``       ``copy_store(src, dst)``: the checks before (both stopped, the destination empty),
   the pages, the counts after
+* ``postgres``  the PostgreSQL store's side (``PostgresTables``), until the store has its own
 """
 
 from tether.store.copy.run import CopyReport as CopyReport

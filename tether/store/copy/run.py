@@ -153,6 +153,12 @@ async def _count(store: CopyableStore, table: str) -> int:
 def _copyable(store: Store, url: str) -> CopyableStore:
     if isinstance(store, CopyableStore):
         return store
+    if type(store).__name__ == "PostgresStore":  # its side lives beside the copy for now
+        from tether.store.copy.postgres import PostgresTables
+        from tether.store.postgres.store import PostgresStore
+
+        if isinstance(store, PostgresStore):
+            return PostgresTables(store)
     raise StoreError(
         f"the {scheme_of(url)} store {url!r} cannot be copied: {type(store).__name__} "
         "implements no dump_table/load_table (tether.store.copy.CopyableStore)"
