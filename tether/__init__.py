@@ -32,6 +32,9 @@ from tether.actors.session import SessionInfo as SessionInfo
 from tether.actors.session import TaskCall as TaskCall
 from tether.actors.session import TaskResult as TaskResult
 from tether.actors.session import UserMessage as UserMessage
+from tether.actors.status import ActorStatus as ActorStatus
+from tether.actors.status import SessionStatus as SessionStatus
+from tether.actors.status import TaskStatus as TaskStatus
 from tether.actors.tool import RUNTIME_KEY as RUNTIME_KEY
 from tether.actors.tool import Done as Done
 from tether.actors.tool import NotDone as NotDone
@@ -123,6 +126,9 @@ __all__ = (
     "CancelTask",
     "GetSessionInfo",
     "SessionInfo",
+    "ActorStatus",
+    "SessionStatus",
+    "TaskStatus",
     "TaskResult",
     "TaskCall",
     "Model",

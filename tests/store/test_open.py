@@ -163,7 +163,7 @@ def test_a_malformed_url_is_refused_naming_it(url: Any, problem: str) -> None:
     ("url", "option", "takes"),
     [
         (":memory:", "durability", "it takes none"),
-        ("agents.db", "pool_size", "it takes: durability"),
+        ("agents.db", "pool_size", "it takes: durability, quick_check"),
     ],
 )
 def test_an_option_the_backend_does_not_take_is_refused_naming_it(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 import structlog
+from opentelemetry import trace
 
 from tether.actors.actor import Actor, ActorSpec
 from tether.actors.messages import UNENCODABLE, DeadLettered, Event
@@ -42,7 +43,7 @@ from tether.errors import (
     StepSuspended,
     ToolUnavailable,
 )
-from tether.runtime import effects, notices, telemetry
+from tether.runtime import effects, notices, telemetry, tracing
 from tether.store.records import (
     PARKED,
     ApprovalRecord,
@@ -688,6 +689,7 @@ class Cell:
             attempts=0,
             wants_reply=False,
             local=msg,
+            traceparent=tracing.current(),  # e.g. the failed child's step: its trace
         )
         self.known.add(local.msg_id)
         # After the message being processed (if any), before the rest: OTP's exit signals jump
@@ -751,7 +753,14 @@ class Cell:
             "tether.msg_id": m.msg_id,
             "tether.message_type": m.type,
         }
-        with telemetry.tracer.start_as_current_span("tether.handle", attributes=attributes) as span:
+        # A child of the context the message was sent in, whatever process sent it and however
+        # often it was delivered before: every attempt at a task's steps is in its one trace.
+        with telemetry.tracer.start_as_current_span(
+            "tether.handle",
+            context=tracing.parent_context(m.traceparent),
+            kind=trace.SpanKind.CONSUMER,
+            attributes=attributes,
+        ) as span:
             trace_id = span.get_span_context().trace_id
             structlog.contextvars.bind_contextvars(trace_id=f"{trace_id:032x}")
             try:
@@ -1146,11 +1155,39 @@ async def fold(
 ) -> tuple[Any, int]:
     """The state of ``actor_id`` as its committed journal makes it (I3), folded with
     ``instance.apply`` from the latest snapshot, and the seq it is at. Reads only: a cell's
-    recovery, and an administration process's view of an actor it does not run."""
+    recovery, and an administration process's view of an actor it does not run.
+
+    Every event from the snapshot's seq to the actor's ``head_seq`` (its last committed event,
+    stored with every step) must be read, in order, with no gap, and the snapshot must not be
+    past the head: otherwise the journal was damaged (a page of the file overwritten) and the
+    fold would be a state the actor never had. That, and a store read that fails because the
+    file is damaged, is a ``CorruptRecordError`` naming the actor: it goes unserved, and the
+    others go on."""
+    try:
+        return await _fold(runtime, spec, actor_id, instance)
+    except CorruptRecordError as exc:
+        if repr(actor_id) in str(exc):
+            raise
+        raise CorruptRecordError(f"the journal of {actor_id!r} cannot be read: {exc}") from exc
+
+
+async def _fold(
+    runtime: Runtime, spec: ActorSpec, actor_id: str, instance: Actor[Any]
+) -> tuple[Any, int]:
     store = runtime.store
     _, event_decoder, state_decoder = decoders(spec)
     snap = await store.load_snapshot(actor_id)
+    # Read after the snapshot and before the journal: a head read concurrently with a live
+    # owner's commits (an administration process) is then never behind the snapshot, and the
+    # journal read after it holds at least every event up to it.
+    rec = await store.get_actor(actor_id)
+    head = rec.head_seq if rec is not None else 0
     if snap is not None:
+        if snap.seq > head:
+            raise CorruptRecordError(
+                f"snapshot of {actor_id!r} is at seq {snap.seq}, past its last committed "
+                f"event (head_seq {head}): the journal or the actor's row is damaged"
+            )
         try:
             state = state_decoder.decode(snap.state)
         except msgspec.DecodeError as exc:
@@ -1167,6 +1204,10 @@ async def fold(
         rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
         if rows and decode is None:
             raise CorruptRecordError(f"{actor_id!r} has journal events but its class folds none")
+        # One comparison of two lists: cheap next to the fold, and exact (a damaged b-tree
+        # can return rows out of order, or twice, as well as too few).
+        if rows and [r.seq for r in rows] != list(range(seq + 1, seq + 1 + len(rows))):
+            raise CorruptRecordError(_gap(actor_id, seq, rows, head))
         try:  # one try around the hot loop, not one per event
             for row in rows:
                 state = apply(state, decode(row.payload))  # type: ignore[misc]
@@ -1181,7 +1222,25 @@ async def fold(
         if rows:
             seq = rows[-1].seq
         if len(rows) < _JOURNAL_CHUNK:
+            if seq < head:
+                raise CorruptRecordError(
+                    f"journal of {actor_id!r} ends at seq {seq}, but its last committed event "
+                    f"is seq {head}: events {seq + 1}..{head} are missing (damaged store)"
+                )
             return state, seq
+
+
+def _gap(actor_id: str, seq: int, rows: Sequence[JournalRow], head: int) -> str:
+    """Why ``rows``, read after ``seq``, are not the events ``seq + 1``, ``seq + 2``, …"""
+    expected = seq + 1
+    for row in rows:
+        if row.seq != expected:
+            break
+        expected += 1
+    return (
+        f"journal of {actor_id!r} skips from seq {expected - 1} to seq {row.seq} (its last "
+        f"committed event is seq {head}): events are missing or out of order (damaged store)"
+    )
 
 
 def decoders(spec: ActorSpec) -> _Decoders:

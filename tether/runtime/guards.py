@@ -105,11 +105,16 @@ class BreakerGuard:
         return self.cell.stage_events(events)
 
 
+# The state a breaker event moves to, as the metric's ``tether.breaker_state`` names it.
+_STATES = {"Opened": "open", "HalfOpened": "half_open", "Closed": "closed"}
+
+
 def _transition(tool: str, event: Any) -> None:
     name = type(event).__name__
     if name in ("BreakerOpened", "BreakerHalfOpened", "BreakerClosed"):
         to = name.removeprefix("Breaker")
-        telemetry.breaker_transitions.add(1, {"tool": tool, "to": to})
+        state = _STATES[to]
+        telemetry.breaker_transitions.add(1, {"tether.tool": tool, "tether.breaker_state": state})
         fields = {k: getattr(event, k) for k in event.__struct_fields__}
         telemetry.guard_event(f"breaker_{to.lower()}", tool=tool, **fields)
 

@@ -33,6 +33,7 @@ from tether.actors.messages import (
     nesting_problem,
 )
 from tether.actors.ref import ActorRef
+from tether.actors.status import actor_status
 from tether.errors import (
     ActorIdTaken,
     ActorNotFound,
@@ -48,7 +49,7 @@ from tether.errors import (
     StoreError,
     TetherError,
 )
-from tether.runtime import telemetry
+from tether.runtime import telemetry, tracing
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
@@ -60,6 +61,7 @@ from tether.runtime.quarantine import Quarantine
 from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
 from tether.store.hosts import process_start, runtime_gone, this_host
+from tether.store.integrity import SelfChecking
 from tether.store.open import open_store
 from tether.store.protocol import Store
 from tether.store.records import (
@@ -212,6 +214,14 @@ class Runtime:
 
     async def __aenter__(self) -> Self:
         await self.store.open()
+        if isinstance(self.store, SelfChecking) and self.store.damage_at_open:
+            # Served on: an actor whose rows are damaged is named, and left unserved, when it
+            # is read (its fold checks every event up to its head); the others go on.
+            telemetry.log.error(
+                "store_damaged",
+                problems=list(self.store.damage_at_open),
+                advice="run `tether check` on the store, and restore it from a backup",
+            )
         try:
             now = self.clock()
             if self.serving:
@@ -556,15 +566,26 @@ class Runtime:
                 actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
             ) from exc
         now = self.clock()
+        type_name = type(msg).__name__
+        # The trace the message joins (tether.runtime.tracing): a step's sends pass on its own.
+        step = current_step.get()
+        if step is not None and not step.closed:
+            inbound = step.cell.current
+            traceparent = tracing.outgoing(
+                inbound.traceparent if inbound is not None else None, True, actor_id, type_name
+            )
+        else:
+            traceparent = tracing.outgoing(None, False, actor_id, type_name)
         return NewMessage(
             msg_id=f"{self._id_prefix}-{next(self._ids)}",
             actor_id=actor_id,
-            type=type(msg).__name__,
+            type=type_name,
             payload=payload,
             deliver_at=now + delay if delay else now,
             created_at=now,
             dedup_key=dedup_key,
             wants_reply=wants_reply,
+            traceparent=traceparent,
             decoded=decoded,
         )
 
@@ -622,6 +643,7 @@ class Runtime:
                     attempts=new.attempts,
                     wants_reply=new.wants_reply,
                     decoded=new.decoded,
+                    traceparent=new.traceparent,
                 )
             )
         else:
@@ -1185,11 +1207,7 @@ class Runtime:
         }
 
         def node(rec: ActorRecord) -> TreeNode:
-            status = (
-                rec.status
-                if rec.status != "active"
-                else self.supervision.held.get(rec.actor_id, "running")
-            )
+            status = actor_status(rec.status, self.supervision.held.get(rec.actor_id))
             count, last = self.supervision.counts(rec.actor_id, rec.parent_id)
             cell = self.cells.get(rec.actor_id)
             summary = getattr(cell.instance, "summary", None) if cell is not None else None
@@ -1229,7 +1247,7 @@ class Runtime:
         spec = actor_spec(cls)
         instance = cls(**_decode_init(spec, rec.init))
         state, _ = await fold(self, spec, rec.actor_id, instance)
-        instance._tether_cell = _Folded(rec.actor_id, state)
+        instance._tether_cell = _Folded(rec.actor_id, state, self)
         return instance
 
     async def session_info(self, session_id: str) -> SessionInfo:
@@ -1391,10 +1409,12 @@ def _init_hints(cls: type[Any]) -> dict[str, Any]:
 
 
 class _Folded:
-    """What an actor instance built only to describe itself reads through its cell."""
+    """What an actor instance built only to describe itself reads through its cell: its id,
+    its state, and the runtime (for its clock)."""
 
-    __slots__ = ("actor_id", "state")
+    __slots__ = ("actor_id", "runtime", "state")
 
-    def __init__(self, actor_id: str, state: Any) -> None:
+    def __init__(self, actor_id: str, state: Any, runtime: Runtime) -> None:
         self.actor_id = actor_id
         self.state = state
+        self.runtime = runtime

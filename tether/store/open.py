@@ -205,13 +205,24 @@ def _shown(url: str) -> str:
 # -- the built-in backends ---------------------------------------------------------------------
 
 
-def _sqlite(url: str, *, clock: Clock | None, create: bool, durability: str = "full") -> Store:
+def _sqlite(
+    url: str,
+    *,
+    clock: Clock | None,
+    create: bool,
+    durability: str = "full",
+    quick_check: bool = True,
+) -> Store:
     from tether.store.sqlite import SqliteStore
 
     if durability not in ("full", "normal"):
         raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
+    if not isinstance(quick_check, bool):
+        raise ConfigError(f"quick_check must be True or False, not {quick_check!r}")
     checked = cast("Durability", durability)
-    return SqliteStore(sqlite_path(url), durability=checked, clock=clock, create=create)
+    return SqliteStore(
+        sqlite_path(url), durability=checked, clock=clock, create=create, quick_check=quick_check
+    )
 
 
 def sqlite_path(url: str) -> str:

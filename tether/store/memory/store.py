@@ -82,7 +82,15 @@ class MemoryStore(Tables):
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
         self._check()
-        return self.actors.get(actor_id)
+        rec = self.actors.get(actor_id)
+        return None if rec is None else self._with_head(rec)
+
+    def _with_head(self, rec: ActorRecord) -> ActorRecord:
+        """``rec`` with its ``head_seq``: the journal held here is never damaged, so the head is
+        read off its last row when asked for, not written with every step."""
+        rows = self.journal.get(rec.actor_id)
+        head = rows[-1].seq if rows else 0
+        return rec if rec.head_seq == head else msgspec.structs.replace(rec, head_seq=head)
 
     async def list_actors(
         self,
@@ -91,7 +99,11 @@ class MemoryStore(Tables):
         on_corrupt: OnCorrupt | None = None,
     ) -> list[ActorRecord]:
         self._check()  # records held decoded: never damaged, on_corrupt is never called
-        recs = [r for r in self.actors.values() if parent_id is None or r.parent_id == parent_id]
+        recs = [
+            self._with_head(r)
+            for r in self.actors.values()
+            if parent_id is None or r.parent_id == parent_id
+        ]
         return sorted(recs, key=lambda r: (r.created_at, r.actor_id))
 
     async def load_snapshot(self, actor_id: str) -> Snapshot | None:
@@ -116,6 +128,7 @@ class MemoryStore(Tables):
             wants_reply=m.wants_reply,
             seq=row.seq,
             parks=row.parks,
+            traceparent=m.traceparent,
         )
 
     async def pending(

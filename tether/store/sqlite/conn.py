@@ -295,6 +295,10 @@ class Database:
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise StoreOpenError(f"cannot switch {self.path!r} to WAL mode")
             await db.execute(f"PRAGMA synchronous = {self.synchronous}")
+            # Check each b-tree cell's size and place as its page is read: a damaged page
+            # (cell pointers overwritten) is then an SQLITE_CORRUPT error, where unchecked it
+            # can read as a page with fewer rows, and a journal as one with fewer events.
+            await db.execute("PRAGMA cell_size_check = ON")
         except BaseException:
             # Not in self.writer/reader yet, so close() would miss it.
             await db.close()

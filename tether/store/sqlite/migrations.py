@@ -11,11 +11,16 @@ Upgrades:
   rewrote one page per session in it. The key column loses its index: it is a hash of the
   row's own fields, and a quarantined effect is found among the quarantined rows. No row
   changes.
-* 3 → 4: the step another change of this release makes (the actors' ``head_seq``); here it
-  changes nothing, and the two are reconciled when they meet.
+* 3 → 4: each actor's ``head_seq``, the seq of its last committed journal event, written
+  with every step from now on; recovery checks that it folded every event up to it. An
+  existing store's heads are filled from its journals (``MAX(seq)``, 0 for an actor with
+  none): the journal as it stands is taken as complete (``tether check`` looks for gaps).
 * 4 → 5: the audit log (``audit``): every attempted decision on an approval and every
   resolution of a quarantined effect or a dead letter, allowed or refused. Existing stores
   start with an empty log.
+* 5 → 6: the mailbox's ``traceparent``: the W3C trace context each message was sent in, so
+  that a task's steps are one trace across restarts and processes. Messages already stored
+  have none (NULL): each of their steps starts a trace of its own, as before.
 """
 
 from __future__ import annotations
@@ -49,7 +54,12 @@ def _v2_to_v3(conn: sqlite3.Connection) -> None:
 
 
 def _v3_to_v4(conn: sqlite3.Connection) -> None:
-    """Stands for the actors' ``head_seq`` of another change of this release (see above)."""
+    conn.execute("ALTER TABLE actors ADD COLUMN head_seq INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        "UPDATE actors SET head_seq = (SELECT MAX(seq) FROM journal "
+        "WHERE journal.actor_id = actors.actor_id) "
+        "WHERE EXISTS (SELECT 1 FROM journal WHERE journal.actor_id = actors.actor_id)"
+    )
 
 
 def _v4_to_v5(conn: sqlite3.Connection) -> None:
@@ -57,11 +67,18 @@ def _v4_to_v5(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v5_to_v6(conn: sqlite3.Connection) -> None:
+    # Appended as the last column, where a new store's CREATE TABLE puts it too: both have the
+    # same table (``SELECT *`` and ``PRAGMA table_info`` agree), whichever way they came.
+    conn.execute("ALTER TABLE mailbox ADD COLUMN traceparent TEXT")
+
+
 #: version -> the upgrade from it to the next version.
 _UPGRADES: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }
 
 
@@ -88,6 +105,7 @@ def migrate(path: str | os.PathLike[str], *, force: bool = False) -> tuple[int, 
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute("PRAGMA cell_size_check = ON")  # a damaged page fails, not misleads
         conn.execute("BEGIN IMMEDIATE")
         try:
             before = _version(conn, path)

@@ -35,8 +35,8 @@ async def reuse_id(db: Tx, record: ActorRecord, dependents: Sequence[str]) -> li
             f"DELETE FROM {table} WHERE {column} = ?", [(a,) for a in (actor_id, *dependents)]
         )
     await db.executemany(
-        "UPDATE actors SET fence = fence + 1, lease_owner = NULL, lease_expires = 0 "
-        "WHERE actor_id = ?",
+        "UPDATE actors SET fence = fence + 1, lease_owner = NULL, lease_expires = 0, "
+        "head_seq = 0 WHERE actor_id = ?",
         [(a,) for a in dependents],
     )
     left = await db.execute_fetchall("SELECT msg_id FROM mailbox WHERE actor_id = ?", (actor_id,))
@@ -45,7 +45,7 @@ async def reuse_id(db: Tx, record: ActorRecord, dependents: Sequence[str]) -> li
         await writes.dead_letter(db, [(m, why, record.created_at) for (m,) in left])
     await db.execute(
         "UPDATE actors SET class_path = ?, init = ?, parent_id = ?, status = 'active', "
-        "stop_reason = NULL, lease_owner = NULL, lease_expires = 0, created_at = ? "
+        "stop_reason = NULL, lease_owner = NULL, lease_expires = 0, created_at = ?, head_seq = 0 "
         "WHERE actor_id = ?",
         (record.class_path, record.init, record.parent_id, record.created_at, actor_id),
     )

@@ -49,6 +49,7 @@ def mailbox_row(m: NewMessage) -> tuple[Any, ...]:
         int(m.wants_reply),
         m.created_at,
         m.attempts,
+        m.traceparent,
     )
 
 
@@ -136,7 +137,10 @@ def checked(
         yield row
 
 
-ACTOR_COLUMNS = "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, lease_expires, created_at"
+ACTOR_COLUMNS = (
+    "actor_id, class_path, init, parent_id, status, stop_reason, fence, lease_owner, "
+    "lease_expires, created_at, head_seq"
+)
 ACTOR_TYPES = _columns(
     ACTOR_COLUMNS,
     _TEXT,
@@ -149,6 +153,7 @@ ACTOR_TYPES = _columns(
     _TEXT_OR_NULL,
     _REAL,
     _REAL,
+    _INT,
 )
 
 
@@ -162,9 +167,21 @@ def dead_letter(row: Sequence[Any]) -> DeadLetter:
     return dead_letter_record(row)
 
 
-MAILBOX_COLUMNS = "seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks"
+MAILBOX_COLUMNS = (
+    "seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks, traceparent"
+)
 MAILBOX_TYPES = _columns(
-    MAILBOX_COLUMNS, _INT, _TEXT, _TEXT, _BLOB, _REAL, _INT, _BLOB_OR_NULL, _INT, _INT
+    MAILBOX_COLUMNS,
+    _INT,
+    _TEXT,
+    _TEXT,
+    _BLOB,
+    _REAL,
+    _INT,
+    _BLOB_OR_NULL,
+    _INT,
+    _INT,
+    _TEXT_OR_NULL,
 )
 
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import anyio
 
-from tether.errors import StoreError, StoreOpenError
+from tether.errors import CorruptRecordError, StoreError, StoreOpenError
 from tether.store.admin import OnCorrupt
 from tether.store.copy.tables import TableLoad, TablePage
 from tether.store.records import (
@@ -66,6 +66,10 @@ class SqliteStore(Ledger, AuditLog):
         clock: the lease clock (seconds since the epoch); default: the system's.
         create: False refuses to open a file that does not hold a store yet (a tool that
             only administers stores).
+        quick_check: run SQLite's ``PRAGMA quick_check`` over the whole file when it is
+            opened (about 0.2 s per 100 MB; ``docs/operations.md``), and keep what it finds
+            in ``damage_at_open`` (the runtime logs it). False skips it: a very large store
+            whose opening must be fast, checked with ``tether check`` instead.
     """
 
     immediate: None = None  # every write waits for the writer thread
@@ -77,6 +81,7 @@ class SqliteStore(Ledger, AuditLog):
         durability: Durability = "full",
         clock: Callable[[], float] | None = None,
         create: bool = True,
+        quick_check: bool = True,
     ) -> None:
         if durability not in ("full", "normal"):
             raise StoreOpenError(f"durability must be 'full' or 'normal', not {durability!r}")
@@ -84,11 +89,33 @@ class SqliteStore(Ledger, AuditLog):
         self.durability = durability
         self.clock = clock if clock is not None else time.time
         self._db = Database(self.path, synchronous=durability.upper(), create=create)
+        self.quick_check = quick_check
+        self._damage_at_open: list[str] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
         await self._db.open(self._ensure_schema)
+        self._damage_at_open = (
+            await self.storage_problems(quick=True)
+            if self.quick_check and self.path != ":memory:"
+            else []
+        )
+
+    @property
+    def damage_at_open(self) -> list[str]:
+        return list(self._damage_at_open)
+
+    async def storage_problems(self, *, quick: bool = False) -> list[str]:
+        """SQLite's own check of every page, on the reader (WAL: writers go on meanwhile):
+        at most 100 problems, each as SQLite words it."""
+        pragma = "quick_check" if quick else "integrity_check"
+        try:
+            found = await self._read(f"PRAGMA {pragma}(100)")
+        except CorruptRecordError as exc:  # so damaged that the check itself cannot run
+            return [str(exc)]
+        problems = [str(row[0]) for row in found]
+        return [] if problems == ["ok"] else problems
 
     async def _ensure_schema(self, tx: Tx) -> None:
         await ensure_schema(
@@ -200,8 +227,20 @@ class SqliteStore(Ledger, AuditLog):
                 wants_reply=bool(wants_reply),
                 seq=seq,
                 parks=parks,
+                traceparent=traceparent,
             )
-            for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks in found
+            for (
+                seq,
+                msg_id,
+                type_,
+                payload,
+                deliver_at,
+                attempts,
+                errors,
+                wants_reply,
+                parks,
+                traceparent,
+            ) in found
         ]
 
     async def list_messages(

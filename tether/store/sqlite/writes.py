@@ -183,14 +183,14 @@ async def insert_messages(db: Tx, messages: list[NewMessage], result: BatchResul
         if not has_key:
             await db.execute_rows(
                 "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, "
-                "wants_reply, created_at, attempts) VALUES ",
-                "(?, ?, ?, ?, ?, ?, ?, ?)",
+                "wants_reply, created_at, attempts, traceparent) VALUES ",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [mailbox_row(m) for m in run],
             )
             continue
         await db.executemany(
-            "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts) "
-            "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
+            "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts, traceparent) "
+            "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
             "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
             [(*mailbox_row(m), m.actor_id, m.dedup_key, m.msg_id) for m in run],
         )
@@ -211,12 +211,20 @@ async def insert_messages(db: Tx, messages: list[NewMessage], result: BatchResul
 
 
 async def commit_steps(db: Tx, steps: list[StepCommit]) -> None:
-    """I2: each step's events, snapshot, reply and late replies, and its message's ack (its
-    outbox is stored by ``insert_messages``)."""
+    """I2: each step's events, the actor's ``head_seq``, snapshot, reply and late replies, and
+    its message's ack (its outbox is stored by ``insert_messages``)."""
     journal = [(s.actor_id, e.seq, e.payload) for s in steps for e in s.events]
     if journal:
         await db.execute_rows(
             "INSERT INTO journal (actor_id, seq, payload) VALUES ", "(?, ?, ?)", journal
+        )
+        # Each actor's head: its last event in this batch (journal rows are in seq order).
+        heads = {actor_id: seq for actor_id, seq, _ in journal}
+        await db.execute_rows(
+            "UPDATE actors SET head_seq = v.column2 FROM (VALUES ",
+            "(?, ?)",
+            list(heads.items()),
+            ") AS v WHERE actors.actor_id = v.column1",
         )
     snaps = [
         (s.actor_id, s.snapshot.seq, s.snapshot.state) for s in steps if s.snapshot is not None

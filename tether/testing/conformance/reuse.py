@@ -104,6 +104,7 @@ async def test_reuse_id_gives_a_stopped_actors_id_to_a_new_actor_that_inherits_n
         NOW + 10,
     )
     assert rec.fence == stopped.fence
+    assert rec.head_seq == 0  # its predecessor's journal is gone, and its head with it
     assert await journal_seqs(store, "a") == []
     assert await store.load_snapshot("a") is None
     assert await store.find_effects(actor_id="a") == []
@@ -144,7 +145,12 @@ async def test_reuse_id_erases_its_dependents_state_and_fences_out_their_owner(
     assert await store.watchers("b") == []
     rec = await store.get_actor("a/loops")
     assert rec is not None
-    assert (rec.status, rec.lease_owner, rec.fence) == ("active", None, guard + 1)
+    assert (rec.status, rec.lease_owner, rec.fence, rec.head_seq) == (
+        "active",
+        None,
+        guard + 1,
+        0,
+    )
     assert await store.get_actor("never-spawned") is None
     result = await store.apply(Batch(claims=[Claim("a/loops", guard, "g1")]))
     assert result.stale == {"a/loops"}

@@ -41,6 +41,34 @@ async def test_step_commit_appends_events_to_the_journal(store: Store) -> None:
     assert await store.load_journal("b", 0, 100) == []
 
 
+async def test_step_commit_moves_the_actors_head_seq_to_its_last_event(store: Store) -> None:
+    """``ActorRecord.head_seq`` is the seq of the actor's last committed event (0 before any),
+    moved by the step that commits it, in the same batch as other actors' steps and steps
+    without events; a step whose fence is stale moves nothing."""
+    fence = await owned(store, "a")
+    other = await owned(store, "b")
+    assert [(await store.get_actor(x)).head_seq for x in "ab"] == [0, 0]  # type: ignore[union-attr]
+    await send(store, msg("m1"), msg("m2"), msg("m3"), msg("n1", "b"))
+    await store.apply(
+        Batch(
+            steps=[
+                step("a", fence, "m1", events=[JournalRow(1, b"e1"), JournalRow(2, b"e2")]),
+                step("a", fence, "m2", events=[JournalRow(3, b"e3")]),
+                step("b", other, "n1", events=[JournalRow(1, b"f1")]),
+            ]
+        )
+    )
+    await store.apply(Batch(steps=[step("a", fence, "m3")]))  # no events: the head stays
+    assert [(await store.get_actor(x)).head_seq for x in "ab"] == [3, 1]  # type: ignore[union-attr]
+    assert [r.head_seq for r in await store.list_actors()] == [3, 1]
+    await send(store, msg("m4"))
+    result = await store.apply(
+        Batch(steps=[step("a", fence + 1, "m4", events=[JournalRow(4, b"e4")])])
+    )
+    assert result.stale == {"a"}
+    assert (await store.get_actor("a")).head_seq == 3  # type: ignore[union-attr]
+
+
 async def test_step_commit_stores_the_snapshot(store: Store) -> None:
     """A step with a snapshot stores it; a later snapshot replaces it; none before the first."""
     fence = await owned(store, "a")
