@@ -20,6 +20,7 @@ from tether.cli import (
     approvals,
     audit,
     console,
+    copy,
     dead_letters,
     demo,
     migrate,
@@ -42,7 +43,17 @@ from tether.store.open import open_store
 
 #: The command groups, in the order ``tether --help`` lists them. A new group is a module
 #: with ``register(commands)``, added here.
-COMMAND_GROUPS = (sessions, approvals, quarantine, dead_letters, audit, console, migrate, demo)
+COMMAND_GROUPS = (
+    sessions,
+    approvals,
+    quarantine,
+    dead_letters,
+    audit,
+    console,
+    migrate,
+    copy,
+    demo,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
