@@ -260,24 +260,33 @@ class WorkerChild(PipeChild):
 
 
 def postgres_cpu_seconds() -> float | None:
-    """CPU seconds used so far by the processes named ``postgres`` on this machine (the server
-    and its backends); None where /proc cannot tell."""
-    total = 0.0
+    """CPU seconds used so far by the PostgreSQL servers on this machine: every process named
+    ``postgres`` (the postmaster and its live backends), plus what the postmasters' exited
+    children used (``cutime``/``cstime``: backends come and go with connections). Every
+    server of the machine counts, other users' work on it too; None where /proc cannot
+    tell."""
     tick = os.sysconf("SC_CLK_TCK")
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return None
+    stats: dict[str, tuple[str, list[str]]] = {}
     for pid in pids:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if name == "postgres" or name.startswith("postgres:"):
-            fields = stat.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        stats[pid] = (name, stat.rsplit(")", 1)[1].split())
+    total = 0
+    for name, fields in stats.values():
+        if name != "postgres" and not name.startswith("postgres:"):
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+        parent = stats.get(fields[1])
+        if parent is None or not parent[0].startswith("postgres"):  # a postmaster
+            total += int(fields[13]) + int(fields[14])  # its children's, once they exited
+    return total / tick
 
 
 class Processes:
