@@ -222,3 +222,31 @@ def pg_url(pg_server: PgServer, pg_schema: str) -> str:
     """The URL of a fresh, empty PostgreSQL store (its own schema): what ``Runtime(url)``,
     ``open_store(url)`` and ``tether --db url`` open."""
     return pg_server.schema_url(pg_schema)
+
+
+def dump(url: str) -> list[str]:
+    """Every row of every table of the store at ``url`` (its schema), as text, in order:
+    compared before and after, it shows whether anything was written."""
+    import psycopg
+    from psycopg import sql
+
+    from tether.store.postgres.store import split_schema
+
+    dsn, schema = split_schema(url, None)
+    out: list[str] = []
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        current = conn.execute("SELECT current_schema()").fetchone()
+        where = schema or (str(current[0]) if current is not None else "public")
+        tables = [
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename",
+                (where,),
+            ).fetchall()
+        ]
+        for table in tables:
+            query = sql.SQL("SELECT t::text FROM {} t ORDER BY 1").format(
+                sql.Identifier(where, table)
+            )
+            out += [f"{table}: {row}" for (row,) in conn.execute(query).fetchall()]
+    return out

@@ -54,7 +54,7 @@ async def eventually(check: Any, timeout: float = 10.0) -> Any:
             await anyio.sleep(0.01)
 
 
-async def _build(db: Path) -> None:
+async def _build(db: Path | str) -> None:
     """b1 waits for approval of a wire; a1's email is quarantined after its refund ran; acct
     has one event in its journal and one message in the dead letters."""
     fx.SCRIPT["send_email"] = [HANG]

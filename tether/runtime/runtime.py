@@ -200,6 +200,7 @@ class Runtime:
         self._timers: list[float] = []
         self._ask_deadlines = _Deadlines(AskTimeout)
         self._scheduler_wake = asyncio.Event()
+        self._replies_wake = asyncio.Event()  # an admin process's: a reply may be stored
         self._scan_cursor: MessageCursor | None = None  # the scheduler's: where its scan stopped
         self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
         self._tg: anyio.abc.TaskGroup | None = None
@@ -235,6 +236,9 @@ class Runtime:
             await self.store.close()
             raise
         self._open = True
+        feed = self.store.changes
+        if feed is not None:  # other processes' writes wake the scans now, not at the next poll
+            feed.listen(self._store_changed)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
         if not self.serving:  # asks from an admin process are answered by the serving ones
@@ -738,10 +742,17 @@ class Runtime:
                     reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
                 )
 
+    def _store_changed(self) -> None:
+        """Another process wrote to the store (``Store.changes``): look now."""
+        self._scheduler_wake.set()
+        self._replies_wake.set()
+
     async def _reply_poller(self) -> None:
         while True:
+            self._replies_wake.clear()
             await self._poll_replies()
-            await anyio.sleep(self.poll_interval)
+            with anyio.move_on_after(self.poll_interval):
+                await self._replies_wake.wait()
 
     def _reply_decoder(self, spec: ActorSpec) -> msgspec.msgpack.Decoder[Any]:
         dec = self._reply_decoders.get(spec.reply_type)

@@ -118,7 +118,7 @@ def _scheme_of(url: str) -> str:
     scheme = url.split("://", 1)[0]
     if not _SCHEME.fullmatch(scheme):
         raise ConfigError(
-            f"malformed store URL {_shown(url)!r}: {scheme!r} is not a URL scheme "
+            f"malformed store URL {shown(url)!r}: {scheme!r} is not a URL scheme "
             "(a letter, then letters, digits, +, - or .)"
         )
     return scheme.lower()
@@ -130,7 +130,7 @@ def _backend(scheme: str, url: str) -> BackendFactory:
         return factory
     known = ", ".join(sorted(_backends))
     raise ConfigError(
-        f"unknown store URL scheme {scheme!r} in {_shown(url)!r}: known are {known} (and plain "
+        f"unknown store URL scheme {scheme!r} in {shown(url)!r}: known are {known} (and plain "
         f"paths); a backend registers its scheme with tether.store.register_backend or the "
         f"{ENTRY_POINT_GROUP!r} entry point group"
     )
@@ -190,7 +190,7 @@ def _check_options(scheme: str, factory: BackendFactory, options: dict[str, Any]
             raise ConfigError(f"the {scheme} store takes no option {name!r} ({offer})")
 
 
-def _shown(url: str) -> str:
+def shown(url: str) -> str:
     """``url`` with any password in it replaced, for error messages."""
     try:
         parts = urllib.parse.urlsplit(url)
@@ -272,7 +272,7 @@ def _postgres(
         from tether.store.postgres import PostgresStore
     except ImportError as exc:  # psycopg is not installed
         raise ConfigError(
-            f"the PostgreSQL store for {_shown(url)!r} needs psycopg ({exc}): {_INSTALL_POSTGRES}"
+            f"the PostgreSQL store for {shown(url)!r} needs psycopg ({exc}): {_INSTALL_POSTGRES}"
         ) from exc
     return PostgresStore(
         url,

@@ -19,19 +19,22 @@ Layout of the work, and why:
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
 
 from tether.errors import ConfigError, StoreError
 from tether.store.hosts import hostname_of, runtime_gone
+from tether.store.open import shown
 from tether.store.postgres import cursor as scan
 from tether.store.postgres import rows, schema, writes
 from tether.store.postgres.conn import Conn, Readers, Settings
+from tether.store.postgres.notices import Notices, channel_of
 from tether.store.postgres.reads import Reads, _fetch
 from tether.store.postgres.writer import Cursor, Writer
+from tether.store.protocol import ChangeFeed
 from tether.store.records import (
     ActorRecord,
     ApprovalRecord,
@@ -65,17 +68,16 @@ def split_schema(dsn: str, schema: str | None) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(query=rest)), named[0]
 
 
-def shown(dsn: str) -> str:
-    """``dsn`` with any password replaced, for messages."""
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-    except ValueError:
-        return "a PostgreSQL store"
-    if parts.password is None:
-        return dsn
+def with_schema(dsn: str, schema: str) -> str:
+    """The URL ``dsn`` naming ``schema`` (``?schema=``)."""
+    parts = urllib.parse.urlsplit(dsn)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "schema"]
     return urllib.parse.urlunsplit(
-        parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))
+        parts._replace(query=urllib.parse.urlencode([*query, ("schema", schema)]))
     )
+
+
+T = TypeVar("T")
 
 
 class PostgresStore(Reads):
@@ -135,7 +137,13 @@ class PostgresStore(Reads):
         self.retry_for = retry_for
         self._writer = Writer(self.settings, self.where, retry_for=retry_for)
         self._readers = Readers(self.settings, readers, self.where)
+        self._notices = Notices(self.settings, self._writer.conn)
         self._open = False
+
+    @property
+    def changes(self) -> ChangeFeed:
+        """Other processes' writes, by LISTEN/NOTIFY (``notices.py``)."""
+        return self._notices
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -159,7 +167,9 @@ class PostgresStore(Reads):
                     psycopg.sql.Identifier(self.schema)
                 )
             )
-        schema.ensure_schema(conn, self.where, self._schema_name(conn), create=self.create)
+        name = self._schema_name(conn)
+        schema.ensure_schema(conn, self.where, name, create=self.create)
+        self._notices.channel = channel_of(name)
 
     def _schema_name(self, conn: Conn) -> str:
         row = conn.execute("SELECT current_schema()").fetchone()
@@ -169,6 +179,7 @@ class PostgresStore(Reads):
 
     async def close(self) -> None:
         self._open = False
+        await self._notices.close()
         await self._readers.close()
         await self._writer.close()
 
@@ -206,7 +217,14 @@ class PostgresStore(Reads):
     # -- the batch ----------------------------------------------------------------------------
 
     async def apply(self, batch: Batch) -> BatchResult:
-        return await self._writer.run(lambda cur: writes.apply(cur, batch), BatchResult)
+        return await self._commit(lambda cur: writes.apply(cur, batch), BatchResult)
+
+    async def _commit(self, fn: Callable[[Cursor], T], result_type: type[T]) -> T:
+        """Run ``fn`` in one write transaction, exactly once (``writer.py``); then tell the
+        other processes (``notices.py``)."""
+        result = await self._writer.run(fn, result_type)
+        self._notices.committed()
+        return result
 
     async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
         """A small write outside the group committer: each statement's changed-row count."""
@@ -218,7 +236,7 @@ class PostgresStore(Reads):
                 counts.append(cur.rowcount)
             return counts
 
-        return await self._writer.run(statements, list[int])
+        return await self._commit(statements, list[int])
 
     # -- mail ---------------------------------------------------------------------------------
 
@@ -338,9 +356,7 @@ class PostgresStore(Reads):
     # -- dead letters and retention -----------------------------------------------------------
 
     async def reuse_id(self, record: ActorRecord, *, dependents: Sequence[str] = ()) -> list[str]:
-        return await self._writer.run(
-            lambda cur: _reuse_id(cur, record, list(dependents)), list[str]
-        )
+        return await self._commit(lambda cur: _reuse_id(cur, record, list(dependents)), list[str])
 
     async def retry_dead_letter(
         self, msg_id: str, now: float, *, audit: AuditRecord | None = None
@@ -365,7 +381,7 @@ class PostgresStore(Reads):
             _append_audit(cur, audit)
             return True
 
-        return letter if await self._writer.run(move, bool) else None
+        return letter if await self._commit(move, bool) else None
 
     async def discard_dead_letter(self, msg_id: str, *, audit: AuditRecord | None = None) -> bool:
         def delete(cur: Cursor) -> bool:
@@ -375,7 +391,7 @@ class PostgresStore(Reads):
             _append_audit(cur, audit)
             return True
 
-        return await self._writer.run(delete, bool)
+        return await self._commit(delete, bool)
 
     async def purge(self, before: float) -> int:
         counts = await self._write(
@@ -404,10 +420,10 @@ class PostgresStore(Reads):
             _append_audit(cur, audit)
             return True
 
-        return record if await self._writer.run(resolve, bool) else None
+        return record if await self._commit(resolve, bool) else None
 
     async def unpark(self, msg_id: str, now: float) -> bool:
-        return await self._writer.run(lambda cur: writes.unpark(cur, msg_id, now), bool)
+        return await self._commit(lambda cur: writes.unpark(cur, msg_id, now), bool)
 
     async def update_approval(
         self,
@@ -438,10 +454,10 @@ class PostgresStore(Reads):
             _append_audit(cur, audit)
             return True
 
-        return await self._writer.run(swap, bool)
+        return await self._commit(swap, bool)
 
     async def append_audit(self, record: AuditRecord) -> int:
-        return await self._writer.run(lambda cur: _append_audit(cur, record), int)
+        return await self._commit(lambda cur: _append_audit(cur, record), int)
 
     async def purge_receipts(self, before: float) -> int:
         [count] = await self._write(
