@@ -12,8 +12,9 @@ import anyio
 import psycopg
 import pytest
 
+from tests.cli_runs import cli, cli_json
 from tests.pg import PgServer
-from tests.test_cli import _build, assert_one_line_error, cli, cli_json
+from tests.test_cli import _build, assert_one_line_error
 from tether.store.postgres.schema import SCHEMA_VERSION
 from tether.store.postgres.store import split_schema
 
