@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-# The PostgreSQL server fixtures (tests/pg.py): a database per test run, a schema per test.
-from tests.pg import pg_schema, pg_server, pg_url  # noqa: F401
+# The PostgreSQL fixtures (tests/pg.py): a database per test run, a schema per test, PgBouncer.
+from tests.pg import pg_schema, pg_server, pg_url, pgbouncer  # noqa: F401
 
 
 @pytest.fixture

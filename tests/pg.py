@@ -111,6 +111,10 @@ class Cluster:
                 str(self.bin / "pg_ctl"), "-D", str(self.folder / "data"), "-m", "fast", "stop"
             )
 
+    def remove(self) -> None:
+        """Delete the cluster's folder (stop it first)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
     @classmethod
     def create(cls) -> Cluster | None:
         """A new, started cluster, or None when PostgreSQL's binaries are not installed."""
@@ -189,7 +193,7 @@ def _stop(server: PgServer) -> None:
         server.execute(f"DROP DATABASE IF EXISTS {server.database} WITH (FORCE)")
     if server.cluster is not None:
         server.cluster.stop()
-        shutil.rmtree(server.cluster.folder, ignore_errors=True)
+        server.cluster.remove()
 
 
 @pytest.fixture(scope="session")
@@ -250,3 +254,82 @@ def dump(url: str) -> list[str]:
             )
             out += [f"{table}: {row}" for (row,) in conn.execute(query).fetchall()]
     return out
+
+
+@dataclasses.dataclass
+class Bouncer:
+    """A PgBouncer in session mode in front of this test run's server, run as ``postgres``."""
+
+    folder: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    def url(self, database: str, **query: str) -> str:
+        return with_database(f"postgresql://postgres@127.0.0.1:{self.port}/", database, **query)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _pgbouncer() -> str | None:
+    """The pgbouncer binary, installed from Debian's package if missing and possible."""
+    found = shutil.which("pgbouncer") or shutil.which("/usr/sbin/pgbouncer")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "pgbouncer"],
+            capture_output=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+        found = shutil.which("/usr/sbin/pgbouncer")
+    return found
+
+
+@pytest.fixture
+def pgbouncer(pg_server: PgServer) -> Iterator[Bouncer]:
+    """A PgBouncer (session pooling) in front of the test run's server."""
+    binary = _pgbouncer()
+    if binary is None:
+        unavailable("pgbouncer is not installed (apt-get install pgbouncer)")
+        raise AssertionError("unreachable")
+    target = urllib.parse.urlsplit(pg_server.dsn)
+    folder = Path(tempfile.mkdtemp(prefix="tether-pgbouncer-"))
+    port = _free_port()
+    (folder / "userlist.txt").write_text('"postgres" ""\n')
+    (folder / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={target.hostname or '127.0.0.1'} port={target.port or 5432}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
+        f"auth_type = trust\nauth_file = {folder / 'userlist.txt'}\n"
+        "pool_mode = session\nmax_client_conn = 100\ndefault_pool_size = 20\n"
+        f"unix_socket_dir =\nlogfile = {folder / 'pgbouncer.log'}\n"
+    )
+    runas: list[str] = []
+    if os.geteuid() == 0:  # pgbouncer refuses to run as root
+        shutil.chown(folder, "postgres", "postgres")
+        for name in ("userlist.txt", "pgbouncer.ini"):
+            shutil.chown(folder / name, "postgres", "postgres")
+        runas = ["runuser", "-u", "postgres", "--"]
+    proc = subprocess.Popen([*runas, binary, str(folder / "pgbouncer.ini")])
+    bouncer = Bouncer(folder, port, proc)
+    try:
+        deadline = 100
+        while _answers(bouncer.url(pg_server.database)) is not None:
+            deadline -= 1
+            if deadline == 0 or proc.poll() is not None:
+                log = folder / "pgbouncer.log"
+                raise AssertionError(
+                    "pgbouncer did not start: " + (log.read_text() if log.exists() else "")
+                )
+            subprocess.run(["sleep", "0.1"], check=True)
+        yield bouncer
+    finally:
+        bouncer.stop()

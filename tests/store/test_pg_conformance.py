@@ -49,4 +49,6 @@ async def hold_open(store: Store, batch: Batch) -> AsyncIterator[None]:
 
 @pytest.fixture  # type: ignore[no-redef]  # overrides the suite's store_target
 def store_target(pg_url: str) -> StoreTarget:
-    return StoreTarget(pg_url, own_clock=True, lease_ttl=1.0, hold_open=hold_open)
+    # Leases of 3 s, and 1.5 s of slack between the server's clock and a test's reading of it:
+    # the lease cases wait real time, on a machine other test runs may keep busy.
+    return StoreTarget(pg_url, own_clock=True, lease_ttl=3.0, clock_slack=1.5, hold_open=hold_open)
