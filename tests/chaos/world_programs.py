@@ -432,7 +432,8 @@ async def runtime_program(workdir: str, incarnation: str, arm: str) -> None:
             target = counter_id(rng.randrange(cfg.counters))
             await rt.ref(target).tell(Bump(mid=mid), dedup_key=mid)
             append_synced(acks, {"mid": mid, "to": target})
-            await anyio.sleep(rng.uniform(0, 2 * cfg.feeder_pause))
+            # The world's feed rate is the same however many runtimes feed it.
+            await anyio.sleep(rng.uniform(0, 2 * cfg.feeder_pause * cfg.runtimes))
 
     async with _runtime(cfg, store=store, passivate_after=None) as rt:
         report(f"ready pid={os.getpid()}")
