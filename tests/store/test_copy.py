@@ -100,3 +100,30 @@ async def test_copying_a_store_onto_itself_or_from_nowhere_is_refused(tmp_path: 
         await copy_store(str(tmp_path / "missing.db"), str(tmp_path / "dst.db"))
     with pytest.raises(ValueError, match="page_size"):
         await copy_store(src, str(tmp_path / "dst.db"), page_size=0)
+
+
+async def test_an_integrity_check_given_runs_on_both_stores_and_its_findings_are_mismatches(
+    tmp_path: Path,
+) -> None:
+    src, dst = str(tmp_path / "src.db"), str(tmp_path / "dst.db")
+    await fill(src)
+    checked: list[str] = []
+
+    async def journal_rows(url: str) -> list[str]:
+        # A check of its own: it opens the closed store and reads it, as `tether check` does.
+        checked.append(url)
+        store = tether.open_store(url, create=False)
+        await store.open()
+        try:
+            rows = await store.load_journal("acct", 0, 1000)
+        finally:
+            await store.close()
+        return [] if url == src else [f"{len(rows)} journal rows of acct in the copy"]
+
+    report = await copy_store(src, dst, check=journal_rows)
+    assert checked == [src, dst]
+    assert report.checks == {
+        "source": [],
+        "destination": [f"{DEPOSITS} journal rows of acct in the copy"],
+    }
+    assert report.mismatches() == [f"destination: {DEPOSITS} journal rows of acct in the copy"]

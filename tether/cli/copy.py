@@ -56,9 +56,10 @@ def register(commands: Any) -> None:
     copy.set_defaults(direct=run_copy)
 
 
-#: ``tether check`` on a whole store, run on both sides after the copy when given: wire the
-#: integrity checker here once it is in (``copy_store(check=…)``: a store's findings, one
-#: sentence each, [] when clean). Until then a copy is verified by its counts.
+#: ``tether check`` of a whole store by URL, run on both sides after the copy when given: wire
+#: the integrity checker here once it is in (``copy_store(check=…)``: the store's findings,
+#: one sentence each, [] when clean; e.g. from ``tether.testing.check_store_async(url)``).
+#: Until then a copy is verified by its counts.
 STORE_CHECK: Check | None = None
 
 

@@ -29,9 +29,9 @@ from tether.store.protocol import Store
 #: ``progress(table, rows_done, rows_total)``: called after each page (and once per table
 #: before its first page, with 0 done).
 Progress = Callable[[str, int, int], None]
-#: ``check(store)``: an integrity check of a whole store (``tether check``), its findings, one
-#: sentence each; [] when clean. Run on both sides after the copy when given.
-Check = Callable[[Store], Awaitable[list[str]]]
+#: ``check(url)``: an integrity check of the whole store at ``url`` (``tether check``), its
+#: findings, one sentence each; [] when clean. Run on both sides, closed, after the copy.
+Check = Callable[[str], Awaitable[list[str]]]
 
 PAGE_SIZE = 1000
 
@@ -106,12 +106,12 @@ async def copy_store(
                 report.tables.append(
                     await _copy_table(reader, writer, table, page_size, progress, report)
                 )
-            if check is not None:
-                report.checks = {"source": await check(src), "destination": await check(dst)}
         finally:
             await dst.close()
     finally:
         await src.close()
+    if check is not None:
+        report.checks = {"source": await check(src_text), "destination": await check(dst_text)}
     return report
 
 
