@@ -128,10 +128,32 @@ def database(server: str, what: str) -> Iterator[str]:
 # ============================================================================ 1. the step
 
 
+SESSIONS_CPU: list[tuple[float, float | None, float, int]] = []  # (tether, pg, wall, steps)
+
+
 def tether_sessions(server: str, sizes: Sizes) -> Sample:
     with database(server, "steps") as url:
+        cpu0, pg0 = _cpu_seconds(), postgres_cpu_seconds()
         sample = asyncio.run(bench_effects.tether_sessions(sizes.sessions, sizes.steps, url))
-    return {"pg.tether_sessions": sample["1.tether_sessions"]}
+        cpu1, pg1 = _cpu_seconds(), postgres_cpu_seconds()
+    steps, seconds = sample["1.tether_sessions"]
+    pg = None if pg0 is None or pg1 is None else pg1 - pg0
+    # the whole run's CPU (spawning the sessions too) against the timed steps' wall time:
+    # an upper bound on the CPU per step, enough to tell CPU-bound from waiting
+    SESSIONS_CPU.append((cpu1 - cpu0, pg, seconds, steps))
+    return {"pg.tether_sessions": (steps, seconds)}
+
+
+def sessions_cpu_note() -> str:
+    timed = SESSIONS_CPU[1:] or SESSIONS_CPU
+    steps = sum(n for *_, n in timed)
+    tether_ms = 1000 * sum(t for t, *_ in timed) / steps
+    note = f"CPU per step, at most: runtime {tether_ms:.2f} ms"
+    pgs = [p for _, p, _, _ in timed if p is not None]
+    if len(pgs) == len(timed):
+        note += f", PostgreSQL {1000 * sum(pgs) / steps:.2f} ms"
+    wall_ms = 1000 * sum(w for _, _, w, _ in timed) / steps
+    return note + f"; wall {wall_ms:.2f} ms per step"
 
 
 def dbos_scenarios(
@@ -360,6 +382,9 @@ def run_all(server: str, sizes: Sizes) -> Bench:
             note = f"{sizes.actors} actors per process, {sizes.messages:,} messages per run"
             scenarios.append(Scenario([(p.key, label, "msg/s")], p.run_once, {p.key: note}))
         b.measure(*scenarios)
+        sessions = b.figures["pg.tether_sessions"]
+        if sessions.ok and SESSIONS_CPU:
+            sessions.note += "; " + sessions_cpu_note()
         for p in procs:
             fig = b.figures[p.key]
             if fig.ok:
