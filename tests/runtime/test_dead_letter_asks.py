@@ -25,8 +25,10 @@ NEVER = 3600.0  # an ask's timeout, and the poll interval: nothing here may wait
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
     sample_actors.failures.clear()
+    sa.LOG.clear()  # one test waits for the tool calls its session logs: none of another's
     yield
     sample_actors.failures.clear()
+    sa.LOG.clear()
 
 
 def runtime(where: Path | str, **kw: Any) -> tether.Runtime:

@@ -104,10 +104,11 @@ def main(argv: Sequence[str], *, default_db: str = "tether.db") -> int:
         config = config_from(args)
         from tether.cli.app import use_app_dir
         from tether.console.server import serve
+        from tether.store.open import shown
 
         use_app_dir(args.app_dir)
         print(
-            f"tether console: serving {config.db} on http://{config.bind} "
+            f"tether console: serving {shown(config.db)} on http://{config.bind} "
             f"(auth {config.auth}{', read-only' if config.read_only else ''})",
             file=sys.stderr,
         )

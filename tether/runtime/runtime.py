@@ -62,7 +62,7 @@ from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
 from tether.store.hosts import process_start, runtime_gone, this_host
 from tether.store.integrity import SelfChecking
-from tether.store.open import open_store
+from tether.store.open import open_store, shown
 from tether.store.protocol import Store
 from tether.store.records import (
     ActorRecord,
@@ -250,7 +250,7 @@ class Runtime:
         telemetry.log.debug(
             "runtime_opened",
             runtime_id=self.runtime_id,
-            store=self.path or type(self.store).__name__,
+            store=shown(self.path) if self.path else type(self.store).__name__,  # no password
             serving=self.serving,
         )
         return self
