@@ -21,6 +21,7 @@ from tether.cli import (
     audit,
     check,
     console,
+    copy,
     dead_letters,
     demo,
     migrate,
@@ -52,6 +53,7 @@ COMMAND_GROUPS = (
     audit,
     console,
     migrate,
+    copy,
     demo,
 )
 
