@@ -1,4 +1,4 @@
-"""Stores as schema versions 2 and 3 laid them out, for the tests of ``tether migrate``."""
+"""Stores as schema versions 2, 3 and 5 laid them out, for the tests of ``tether migrate``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def as_schema_v2(db: Path) -> None:
         con.execute("CREATE INDEX effects_by_status ON effects(status, updated_at)")
         con.execute("ALTER TABLE actors DROP COLUMN head_seq")  # schema version 4 added it
         con.execute("DROP TABLE audit")  # schema version 5 added it
+        con.execute("ALTER TABLE mailbox DROP COLUMN traceparent")  # version 6 added it
         con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
         con.execute("COMMIT")
     finally:
@@ -48,13 +49,27 @@ def as_schema_v2(db: Path) -> None:
 
 def as_schema_v3(db: Path) -> None:
     """Rewrite the store at ``db`` as a version-3 store holding the same rows: no actors'
-    ``head_seq`` (version 4), no audit log (version 5)."""
+    ``head_seq`` (version 4), no audit log (version 5), no messages' trace context (version 6)."""
     con = sqlite3.connect(db, isolation_level=None)
     try:
         con.execute("BEGIN")
         con.execute("ALTER TABLE actors DROP COLUMN head_seq")
         con.execute("DROP TABLE audit")
+        con.execute("ALTER TABLE mailbox DROP COLUMN traceparent")
         con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def as_schema_v5(db: Path) -> None:
+    """Rewrite the store at ``db`` as a version-5 store holding the same rows (the mailbox
+    without the trace context of each message, which version 6 added)."""
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        con.execute("ALTER TABLE mailbox DROP COLUMN traceparent")
+        con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
         con.execute("COMMIT")
     finally:
         con.close()

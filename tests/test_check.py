@@ -24,12 +24,13 @@ from tests import sample_actors as sa
 from tests.actors import session_agents
 from tests.actors.session_agents import LoopingAgent, RefundAgent
 from tests.badinput.test_corrupt_store import sql
+from tests.cli_runs import cli
 from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Banker, Do, Wire
 from tests.test_cli import _fresh as _fresh  # the autouse fixture: fresh scripts and failures
-from tests.test_cli import cli, eventually
+from tests.test_cli import eventually
 from tether.actors.session import GetSessionInfo
-from tether.cli_check import ProgressBar
+from tether.cli.check import ProgressBar
 from tether.runtime.check import check_runtime_store
 from tether.runtime.check_report import KINDS
 from tether.testing import check_store, check_store_async

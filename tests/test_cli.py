@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,12 @@ import pytest
 
 import tether
 from tests import sample_actors as sa
+from tests.cli_runs import cli, cli_json
 from tests.runtime import effect_actors as fx
 from tests.runtime.effect_actors import HANG, Agent, Banker, Do, Ping, Wire
 from tests.schema_v2 import as_schema_v2
 from tests.sqlite_files import audit_rows, dump, dump_but_audit
-from tether.cli import _is_session, main
+from tether.render.records import is_session
 from tether.store.records import ActorRecord
 from tether.store.sqlite.schema import SCHEMA_VERSION
 
@@ -87,18 +89,6 @@ def db(_template: Path, tmp_path: Path) -> Path:
     return path
 
 
-def cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def cli_json(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> Any:
-    code, out, err = cli(capsys, *argv, "--json")
-    assert (code, err) == (0, "")
-    return json.loads(out)
-
-
 def one_request_id(capsys: pytest.CaptureFixture[str], db: Path) -> str:
     [request] = cli_json(capsys, "approvals", "list", "--db", db)
     return str(request["request_id"])
@@ -145,7 +135,8 @@ def test_actors_lists_every_actor_with_mailbox_journal_and_lease(
     header, *lines = out.splitlines()
     assert header.split() == ["ID", "CLASS", "STATUS", "MAILBOX", "PARKED", "JOURNAL", "LEASE"]
     b1 = next(line for line in lines if line.startswith("b1 "))
-    assert b1.split()[:6] == ["b1", "tests.runtime.effect_actors:Banker", "active", "1", "1", "0"]
+    # The store says "active"; the listing says it in the tree's words (tether.ActorStatus).
+    assert b1.split()[:6] == ["b1", "tests.runtime.effect_actors:Banker", "running", "1", "1", "0"]
     rows = {r["id"]: r for r in cli_json(capsys, "actors", "--db", db)}
     assert {"b1", "a1", "acct"} <= rows.keys()
     assert rows["acct"]["journal"] == 1
@@ -177,24 +168,29 @@ def test_sessions_lists_agent_sessions_only(
     assert out.splitlines()[0].startswith("ID")
 
 
-def record(actor_id: str, parent_id: str | None = None) -> ActorRecord:
-    return ActorRecord(actor_id, "m:C", b"\x80", parent_id, "active", None, 0, None, 0.0, 0.0)
+def record(actor_id: str, parent_id: str | None = None, init: bytes = b"\x80") -> ActorRecord:
+    return ActorRecord(actor_id, "m:C", init, parent_id, "active", None, 0, None, 0.0, 0.0)
+
+
+GOAL = b"\x81\xa4goal\xa6refund"  # msgpack of {"goal": "refund"}: how every session is spawned
 
 
 @pytest.mark.parametrize(
-    ("actor_id", "parent_id", "expected"),
+    ("actor_id", "parent_id", "init", "expected"),
     [
-        ("chat-42", None, True),
-        ("tether.guards", None, False),
-        ("breaker:send_email", None, False),
-        ("chat-42/loops", None, False),
-        ("worker-1", "sup", False),
+        ("chat-42", None, GOAL, True),
+        ("worker-1", "sup", GOAL, True),  # a session under the application's supervisor
+        ("agents", None, b"\x80", False),  # the application's supervisor: no goal
+        ("tether.guards", None, b"\x80", False),
+        ("breaker:send_email", None, b"\x80", False),
+        ("chat-42/loops", None, GOAL, False),
+        ("chat-43", None, b"\xc1", False),  # init that does not decode
     ],
 )
-def test_an_unimportable_class_counts_as_a_session_when_top_level_and_not_internal(
-    actor_id: str, parent_id: str | None, expected: bool
+def test_an_unimportable_class_counts_as_a_session_when_spawned_with_a_goal_and_not_internal(
+    actor_id: str, parent_id: str | None, init: bytes, expected: bool
 ) -> None:
-    assert _is_session(record(actor_id, parent_id)) is expected
+    assert is_session(record(actor_id, parent_id, init)) is expected
 
 
 def test_show_gives_record_state_journal_mailbox_effects_and_approvals(
@@ -237,7 +233,7 @@ def test_show_decodes_the_journal_and_limits_it_with_events(
     code, out, _ = cli(capsys, "show", "acct", "--db", db)
     assert code == 0
     assert "state: no snapshot; the initial state folded with 1 event(s)" in out
-    assert '{"type":"Deposited","amount":5}' in out
+    assert "Deposited: amount=5" in out  # an application's event: its type and fields
 
 
 def test_tree_renders_the_roots_and_their_children(
@@ -704,24 +700,23 @@ def test_a_store_url_the_cli_cannot_open_is_one_line_naming_why(
 
 
 @pytest.mark.parametrize("class_path", ["", ".relative:Actor"])
-def test_an_actor_with_a_malformed_class_path_is_still_listed_in_sessions_and_the_tree(
+def test_an_actor_with_a_malformed_class_path_is_still_listed_in_actors_and_the_tree(
     db: Path, capsys: pytest.CaptureFixture[str], class_path: str
 ) -> None:
     # importlib raises ValueError / TypeError for these, not ImportError: they were tracebacks
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute("UPDATE actors SET class_path = ? WHERE actor_id = 'acct'", (class_path,))
-    con.close()
-    sessions = cli_json(capsys, "--db", db, "sessions")
-    assert "acct" in [s["id"] for s in sessions]
+    assert "acct" in [a["id"] for a in cli_json(capsys, "--db", db, "actors")]
+    # Not importable, spawned without a goal: not taken for a session, and no traceback.
+    assert "acct" not in [s["id"] for s in cli_json(capsys, "--db", db, "sessions")]
     code, out, err = cli(capsys, "--db", db, "tree")
     assert (code, err) == (0, "")
     assert "acct" in out
 
 
 def damage(db: Path, statement: str) -> None:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute(statement)
-    con.close()
 
 
 @pytest.mark.parametrize(
@@ -810,7 +805,7 @@ def test_an_interrupt_exits_130_without_a_traceback(
     async def interrupted(rt: tether.Runtime, args: Any) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("tether.cli._cmd_tree", interrupted)
+    monkeypatch.setattr("tether.cli.sessions.cmd_tree", interrupted)
     code, _, err = cli(capsys, "--db", db, "tree")
     assert code == 130
     assert err == "tether: interrupted\n"

@@ -32,6 +32,9 @@ from tether.actors.session import SessionInfo as SessionInfo
 from tether.actors.session import TaskCall as TaskCall
 from tether.actors.session import TaskResult as TaskResult
 from tether.actors.session import UserMessage as UserMessage
+from tether.actors.status import ActorStatus as ActorStatus
+from tether.actors.status import SessionStatus as SessionStatus
+from tether.actors.status import TaskStatus as TaskStatus
 from tether.actors.tool import RUNTIME_KEY as RUNTIME_KEY
 from tether.actors.tool import Done as Done
 from tether.actors.tool import NotDone as NotDone
@@ -84,6 +87,7 @@ from tether.runtime.approvals import Approve as Approve
 from tether.runtime.approvals import Modify as Modify
 from tether.runtime.approvals import Reject as Reject
 from tether.runtime.audit import Identity as Identity
+from tether.runtime.collector import GcPolicy as GcPolicy
 from tether.runtime.quarantine import QuarantinedEffect as QuarantinedEffect
 from tether.runtime.runtime import Runtime as Runtime
 from tether.runtime.tree import TreeNode as TreeNode
@@ -123,6 +127,9 @@ __all__ = (
     "CancelTask",
     "GetSessionInfo",
     "SessionInfo",
+    "ActorStatus",
+    "SessionStatus",
+    "TaskStatus",
     "TaskResult",
     "TaskCall",
     "Model",
@@ -163,6 +170,7 @@ __all__ = (
     "TreeNode",
     # runtime and stores
     "Runtime",
+    "GcPolicy",
     "Store",
     "StoreAdmin",
     "open_store",

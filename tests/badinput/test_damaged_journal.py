@@ -26,6 +26,7 @@ from tests.badinput.test_corrupt_store import logs as logs  # the fixture, by it
 from tests.schema_v2 import as_schema_v3
 from tether.store.sqlite import SqliteStore
 from tether.store.sqlite.migrations import migrate
+from tether.store.sqlite.schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.anyio
 
@@ -244,7 +245,7 @@ async def test_migrating_a_version_3_store_fills_each_head_from_its_journal(
     with pytest.raises(tether.SchemaVersionError, match="schema version '3'"):
         async with fast(db):
             pass
-    assert migrate(db) == (3, 5)
+    assert migrate(db) == (3, SCHEMA_VERSION)
     heads = dict(sql(db, "SELECT actor_id, head_seq FROM actors"))
     assert heads == {"acct": DEPOSITS, "other": 1, "empty": 0}
     async with fast(db) as rt:

@@ -78,8 +78,8 @@ def test_journal_events_take_the_times_of_the_ledger_rows_they_record() -> None:
         "task",
         "task 1 started: refund order <42>",
     )  # the next timed event's
-    assert (101.0, "model", "model: call refund") in events  # its model call's receipt
-    assert (150.0, "tool", "refund → ok") in events  # its effect's receipt, by key
+    assert (101.0, "model", "model: call refund({})") in events  # its model call's receipt
+    assert (150.0, "tool", "refund({}) → ok [effect k1]") in events  # its effect's receipt, by key
     assert (152.0, "model", "model: final answer: Done.") in events
     assert (140.0, "approval", "refund approved by alice") in events
     assert (155.0, "restart", "restarted: crashed: boom") in events

@@ -438,3 +438,55 @@ async def test_a_packed_blob_that_does_not_inflate_is_handed_on_as_stored(tmp_pa
         assert intact == effect("m1", 1)
     finally:
         await store.close()
+
+
+# -- schema upgrades ----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leaked_connections")
+async def test_a_version_5_store_is_upgraded_with_its_waiting_messages_and_then_keeps_traces(
+    tmp_path: Path,
+) -> None:
+    """5 → 6 adds the mailbox's traceparent: messages stored before read back without one, and
+    are otherwise unchanged; a message stored after keeps its own. The upgraded store has the
+    very mailbox table a new store has."""
+    from tests.schema_v2 import as_schema_v5
+
+    path, fresh = tmp_path / "t.db", tmp_path / "fresh.db"
+    await make_store(fresh)
+    s = SqliteStore(path)
+    await s.open()
+    try:
+        await s.apply(Batch(spawns=[Spawn(record("a"))]))
+        await s.apply(Batch(messages=[msg("old-1"), msg("old-2", wants_reply=True)]))
+    finally:
+        await s.close()
+    as_schema_v5(path)
+    with pytest.raises(SchemaVersionError, match=r"version '5'.*tether --db .* migrate"):
+        await SqliteStore(path).open()
+
+    assert await SqliteStore(path).migrate() == (5, SCHEMA_VERSION)
+    s = SqliteStore(path)
+    await s.open()
+    try:
+        traced = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        new = msgspec.structs.replace(msg("new"), traceparent=traced)
+        await s.apply(Batch(messages=[new]))
+        got = await s.pending("a", NOW, 10)
+    finally:
+        await s.close()
+    assert [(m.msg_id, m.wants_reply, m.payload, m.traceparent) for m in got] == [
+        ("old-1", False, b"old-1", None),
+        ("old-2", True, b"old-2", None),
+        ("new", False, b"new", traced),
+    ]
+
+    def columns(db: Path) -> list[tuple[object, ...]]:
+        con = sqlite3.connect(db)
+        try:
+            return con.execute("PRAGMA table_info(mailbox)").fetchall()
+        finally:
+            con.close()
+
+    assert columns(path) == columns(fresh)

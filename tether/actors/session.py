@@ -24,10 +24,11 @@ retry; a loop follows the session's ``loop_policy``; a rejected call tells the m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import msgspec
 
+from tether.actors import genai
 from tether.actors.actor import Actor, check_items
 from tether.actors.context import (
     ChatMessage,
@@ -54,6 +55,7 @@ from tether.actors.model import (
     Usage,
     calls_of,
 )
+from tether.actors.status import SessionStatus, TaskStatus, task_status
 from tether.actors.tool import Tool
 from tether.errors import (
     ApprovalRejected,
@@ -99,9 +101,8 @@ class GetSessionInfo(Message):
     """Ask for a ``SessionInfo``: the session's status, belief and frontier."""
 
 
-#: Where a task stands: ``working`` while it runs, then how it ended. A session's status
-#: (``SessionInfo.status``) is its latest task's, or ``idle`` before its first.
-TaskStatus = Literal["working", "finished", "stopped", "cancelled", "failed"]
+# Where a task stands (``TaskStatus``) and a session (``SessionStatus``): tether/actors/status.py
+# defines and documents the words, as ``tether sessions`` and ``tether tree`` use them.
 
 
 class TaskCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,7 +124,7 @@ class TaskResult(FallibleReply, frozen=True, kw_only=True, tag=True):
 
     session_id: str
     task: int
-    status: str  # a TaskStatus other than "working"
+    status: TaskStatus  # not "working": the task has ended
     outcome: str  # "finished", or the status and why: "stopped: step limit (50) reached"
     answer: str
     calls: tuple[TaskCall, ...] = ()
@@ -135,7 +136,7 @@ class TaskResult(FallibleReply, frozen=True, kw_only=True, tag=True):
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     session_id: str
     goal: str
-    status: str  # "idle" (no task yet), or the latest task's TaskStatus
+    status: SessionStatus  # "idle" (no task yet), or the latest task's TaskStatus
     task: int
     task_text: str
     steps: int
@@ -580,8 +581,8 @@ class AgentSession(Actor[SessionState]):
             why = f"escalated: invalid tool call twice in a row ({call.tool}: {problem})"
             from tether.runtime import telemetry
 
-            telemetry.escalations.add(1, {"tool": call.tool})
-            telemetry.log.warning("session_escalated", session_id=self.id, why=why)
+            telemetry.escalations.add(1, {"tether.tool": call.tool})
+            telemetry.log.info("session_escalated", session_id=self.id, why=why)  # by design
             self._end(f"stopped: {why}", f"I need a person's help: {why}")
             return False
         return True
@@ -713,13 +714,17 @@ def _check_settings(cls: type[AgentSession]) -> None:
         )
 
 
+#: The name of a session's model calls in the effects ledger (each one is an effect).
+MODEL_TOOL = "model"
+
+
 def _model_tool(cls: type[AgentSession]) -> Tool:
     async def model(request: ModelRequest) -> Decision:
-        return await cls.model.decide(request)
+        return await genai.decide(cls.model, request)  # a GenAI client span and metrics
 
     return Tool(
         model,
-        name="model",
+        name=MODEL_TOOL,
         recovery="retry",  # asking again has no side effect; a recorded decision is replayed
         breaker="model",
         timeout=cls.model_timeout,
@@ -730,12 +735,7 @@ def _model_tool(cls: type[AgentSession]) -> Tool:
     )
 
 
-def task_status(outcome: str) -> str:
-    """The TaskStatus of an ended task, from its outcome ("stopped: why" -> "stopped")."""
-    return outcome.partition(":")[0] or "finished"
-
-
-def session_status(state: SessionState) -> str:
+def session_status(state: SessionState) -> SessionStatus:
     """``SessionInfo.status``: "working", the latest task's ending, or "idle" before any."""
     if state.status == "working":
         return "working"

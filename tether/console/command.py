@@ -102,10 +102,10 @@ def main(argv: Sequence[str], *, default_db: str = "tether.db") -> int:
         if args.action == "token":
             return _tokens(args)
         config = config_from(args)
-        from tether.cli import _use_app_dir
+        from tether.cli.app import use_app_dir
         from tether.console.server import serve
 
-        _use_app_dir(args.app_dir)
+        use_app_dir(args.app_dir)
         print(
             f"tether console: serving {config.db} on http://{config.bind} "
             f"(auth {config.auth}{', read-only' if config.read_only else ''})",

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.actors.session import MODEL_TOOL
+from tether.render.journal import describe
 from tether.store.records import ApprovalRecord, DeadLetter, EffectRecord
 
-MODEL_TOOL = "model"
 LANES = ("Tasks", "Steps", "Model", "Tools", "Approvals", "Restarts")
 _WIDTH = 1040
 _LEFT = 96
@@ -182,52 +183,6 @@ def _fill(times: list[float | None], now: float) -> list[float]:
             out[i] = previous
         previous = out[i]
     return out
-
-
-def describe(event: Any) -> str:
-    """One journal event of a session, as a person reads it."""
-    kind = event.get("type") if isinstance(event, dict) else None
-    if kind == "TaskStarted":
-        return f"task {event.get('task')} started: {_cut(str(event.get('text', '')))}"
-    if kind == "StepBegun":
-        return f"step {event.get('step')}: {_cut(str(event.get('frontier', '')))}"
-    if kind == "ModelDecided":
-        return "model: " + _decision(event.get("decision"))
-    if kind == "ToolResult":
-        record = event.get("record") or {}
-        return f"{record.get('tool', 'tool')} → {_short(record)}"
-    if kind == "TaskEnded":
-        return f"task {event.get('task')} ended: {_cut(str(event.get('outcome', '')))}"
-    if kind == "UserSaid":
-        return f"user: {_cut(str(event.get('text', '')))}"
-    if isinstance(event, dict):
-        fields = ", ".join(f"{k}={_cut(str(v), 30)}" for k, v in event.items() if k != "type")
-        return f"{kind}: {fields}" if fields else str(kind)
-    return _cut(str(event))
-
-
-def _decision(decision: Any) -> str:
-    if not isinstance(decision, dict):
-        return "decided"
-    kind = decision.get("type")
-    if kind == "FinalAnswer":
-        return f"final answer: {_cut(str(decision.get('text', '')))}"
-    if kind == "ToolCall":
-        return f"call {decision.get('tool')}"
-    if kind == "ToolCalls":
-        return "calls " + ", ".join(str(c.get("tool")) for c in decision.get("calls", ()))
-    return str(kind)
-
-
-def _short(record: dict[str, Any]) -> str:
-    if record.get("error"):
-        return f"error: {_cut(str(record['error']))}"
-    return _cut(str(record.get("result", "")))
-
-
-def _cut(text: str, width: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # -- drawing ------------------------------------------------------------------------------------

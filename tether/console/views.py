@@ -1,7 +1,7 @@
 """What each page shows, read from the store through ``StoreAdmin`` and ``rt.approvals``: plain
 dicts and lists for the templates and the JSON API. Nothing here changes the store.
 
-A session is shown as ``tether show`` shows it (the CLI's own readers, ``tether.cli``), with
+A session is shown as ``tether show`` shows it (the readers it shares with the CLI, ``tether.render``), with
 its timeline drawn (``timeline.py``).
 """
 
@@ -13,11 +13,13 @@ from typing import Any
 import msgspec
 
 import tether
-from tether import cli
 from tether.actors.actor import class_path, import_object
 from tether.actors.guards.actors import Breaker
+from tether.actors.session import MODEL_TOOL
 from tether.actors.tool import Tool
 from tether.console import timeline
+from tether.render import journal as journal_lines
+from tether.render import records, text
 from tether.runtime.approvals import ApprovalRequest
 from tether.store.records import ApprovalRecord
 
@@ -31,7 +33,7 @@ def when(ts: float | None, now: float) -> dict[str, Any] | None:
     if ts is None:
         return None
     delta = ts - now
-    span = cli._span(abs(delta))
+    span = text.span(abs(delta))
     return {
         "at": ts,
         "clock": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)),
@@ -135,27 +137,26 @@ async def session_summary(rt: tether.Runtime, actor_id: str) -> dict[str, Any] |
     rec = await rt.store.get_actor(actor_id)
     if rec is None:
         return None
-    info = await cli._session_view(rt, rec, cli._Corrupt())
+    info = await records.session_view(rt, rec, records.CorruptRows())
     return {"id": rec.actor_id, "class": rec.class_path, "status": rec.status, "info": info}
 
 
 async def recent_journal(rt: tether.Runtime, actor_id: str, n: int) -> list[dict[str, Any]]:
-    total = await cli._journal_length(rt.store, actor_id)
-    rows = await cli._journal_after(rt.store, actor_id, max(0, total - n))
-    return [{"seq": seq, "type": _kind(ev), "text": timeline.describe(ev)} for seq, ev in rows]
-
-
-def _kind(event: Any) -> str:
-    return str(event.get("type", "event")) if isinstance(event, dict) else "event"
+    total = await records.journal_length(rt.store, actor_id)
+    rows = await records.journal_after(rt.store, actor_id, max(0, total - n))
+    return [
+        {"seq": seq, "type": journal_lines.kind(ev), "text": journal_lines.describe(ev)}
+        for seq, ev in rows
+    ]
 
 
 def _effect_row(e: Any, now: float) -> dict[str, Any]:
-    result = cli._decode(e.result) if e.result is not None else None
-    if e.tool == timeline.MODEL_TOOL:  # its input is the whole context: say what it decided
+    result = text.decode(e.result) if e.result is not None else None
+    if e.tool == MODEL_TOOL:  # its input is the whole context: say what it decided
         args = f"the session's context ({len(e.args)} bytes)"
-        outcome = timeline.describe({"type": "ModelDecided", "decision": result})
+        outcome = "model: " + journal_lines.decision(result)
     else:
-        args = compact(cli._decode(e.args))
+        args = compact(text.decode(e.args))
         outcome = compact(result) if e.result is not None else ""
     return {
         "key": e.key,
@@ -169,14 +170,14 @@ def _effect_row(e: Any, now: float) -> dict[str, Any]:
 
 
 async def sessions(rt: tether.Runtime) -> list[dict[str, Any]]:
-    corrupt = cli._Corrupt()
+    corrupt = records.CorruptRows()
     now, lease_now = rt.clock(), await rt.store.store_time()
     out = []
     for rec in await rt.store.list_actors(on_corrupt=corrupt):
-        if not cli._is_session(rec):
+        if not records.is_session(rec):
             continue
-        summary = await cli._actor_summary(rt.store, rec, now, lease_now, corrupt)
-        info = await cli._session_view(rt, rec, corrupt)
+        summary = await records.actor_summary(rt.store, rec, now, lease_now, corrupt)
+        info = await records.session_view(rt, rec, corrupt)
         pending = await rt.approvals.pending(rec.actor_id)
         out.append(
             {**summary, "info": info, "pending": len(pending), "since": when(rec.created_at, now)}
@@ -189,29 +190,29 @@ async def session(rt: tether.Runtime, actor_id: str) -> dict[str, Any]:
     rec = await rt.store.get_actor(actor_id)
     if rec is None:
         raise tether.ActorNotFound(actor_id)
-    corrupt = cli._Corrupt()
+    corrupt = records.CorruptRows()
     now, lease_now = rt.clock(), await rt.store.store_time()
-    summary = await cli._actor_summary(rt.store, rec, now, lease_now, corrupt)
-    journal = await cli._journal_after(rt.store, actor_id, 0)
+    summary = await records.actor_summary(rt.store, rec, now, lease_now, corrupt)
+    journal = await records.journal_after(rt.store, actor_id, 0)
     effects = await rt.store.find_effects(actor_id=actor_id, on_corrupt=corrupt)
     requests = await rt.store.find_approvals(actor_id=actor_id)
     dead = await rt.store.dead_letters(actor_id, on_corrupt=corrupt)
     restarts = await _restarts(rt, rec.parent_id, actor_id)
-    mailbox = await rt.store.list_messages(actor_id, cli.MAILBOX_LIMIT, on_corrupt=corrupt)
+    mailbox = await rt.store.list_messages(actor_id, records.MAILBOX_LIMIT, on_corrupt=corrupt)
     snap = await rt.store.load_snapshot(actor_id)
     drawn = timeline.build(journal, effects, requests, restarts, dead, now)
     return {
         "summary": summary,
-        "info": await cli._session_view(rt, rec, corrupt),
+        "info": await records.session_view(rt, rec, corrupt),
         "record": rec,
         "created": when(rec.created_at, now),
-        "state": pretty(cli._decode(snap.state)) if snap is not None else None,
+        "state": pretty(text.decode(snap.state)) if snap is not None else None,
         "journal": [
-            {"seq": seq, "type": _kind(ev), "text": timeline.describe(ev)}
+            {"seq": seq, "type": journal_lines.kind(ev), "text": journal_lines.describe(ev)}
             for seq, ev in journal[-40:]
         ],
         "journal_total": len(journal),
-        "mailbox": [cli._message_view(m, now) for m in mailbox],
+        "mailbox": [records.message_view(m, now) for m in mailbox],
         "effects": [_effect_row(e, now) for e in effects],
         "approvals": [approval_row(_view(r), now) for r in requests],
         "svg": timeline.svg(drawn),
@@ -235,7 +236,7 @@ async def _restarts(
     if parent_id is None:
         return []
     out = []
-    for _, event in await cli._journal_after(rt.store, parent_id, 0):
+    for _, event in await records.journal_after(rt.store, parent_id, 0):
         if (
             isinstance(event, dict)
             and event.get("type") == "Restarted"
@@ -255,21 +256,24 @@ async def tree(rt: tether.Runtime) -> list[dict[str, Any]]:
                 breakers[rec.actor_id] = (await rt._folded(rec, Breaker)).describe(now)
             except tether.TetherError:  # a damaged journal: the tree says what it can
                 continue
-    return [_node(n, now, breakers) for n in await rt.tree(on_corrupt=cli._Corrupt())]
+    return [_node(n, now, breakers) for n in await rt.tree(on_corrupt=records.CorruptRows())]
 
 
 def _node(node: tether.TreeNode, now: float, breakers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    state = node.status
+    state: str = node.status
     detail = node.detail or ""
     breaker = breakers.get(node.id)
     if breaker is not None and breaker["status"] != "closed":
+        # ``describe`` gives the status as of now: an open breaker whose open time is over is
+        # half-open already, its next call a trial.
         state = "breaker " + str(breaker["status"]).replace("_", "-")
         left = float(breaker["until"] or now) - now
-        detail = (
-            f"{breaker['reason']}; "
-            + (f"{cli._span(left)} left" if left > 0 else "its open time is over")
-            + f"; trips={breaker['trips']}"
+        when_next = (
+            f"{text.span(left)} left"
+            if breaker["status"] == "open"
+            else "a trial call decides whether it closes"
         )
+        detail = f"{breaker['reason']}; {when_next}; trips={breaker['trips']}"
     return {
         "id": node.id,
         "class": node.actor_class.rsplit(":", 1)[-1],
@@ -296,7 +300,7 @@ async def quarantine(rt: tether.Runtime) -> list[dict[str, Any]]:
             "since": when(q.since, now),
             "violation": q.reason.startswith("determinism violation"),
         }
-        for q in await rt.quarantine.list(on_corrupt=cli._Corrupt())
+        for q in await rt.quarantine.list(on_corrupt=records.CorruptRows())
     ]
 
 
@@ -310,10 +314,10 @@ async def dead_letters(rt: tether.Runtime) -> list[dict[str, Any]]:
             "attempts": d.attempts,
             "reason": d.reason,
             "errors": d.errors,
-            "payload": compact(cli._decode(d.payload), 120),
+            "payload": compact(text.decode(d.payload), 120),
             "when": when(d.created_at, now),
         }
-        for d in await rt.dead_letters.list(on_corrupt=cli._Corrupt())
+        for d in await rt.dead_letters.list(on_corrupt=records.CorruptRows())
     ]
 
 

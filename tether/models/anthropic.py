@@ -83,6 +83,8 @@ class AnthropicModel:
     unless given. ``extra`` goes to every request (``top_p``, ``tool_choice``, …).
     """
 
+    provider = PROVIDER  # gen_ai.provider.name of its calls (tether.actors.genai)
+
     def __init__(
         self,
         client: Any,

@@ -71,6 +71,8 @@ class OpenAIChatModel:
     """``tether.Model`` over ``client.chat.completions.create`` (see the module docstring).
     ``extra`` goes to every request (``max_completion_tokens``, ``tool_choice``, …)."""
 
+    provider = PROVIDER  # gen_ai.provider.name of its calls (tether.actors.genai)
+
     def __init__(self, client: Any, *, model: str, temperature: float = 0.0, **extra: Any) -> None:
         if not hasattr(getattr(getattr(client, "chat", None), "completions", None), "create"):
             raise ConfigError(

@@ -24,7 +24,7 @@ from tether.errors import (
     NotPermitted,
     ToolInputError,
 )
-from tether.runtime import notices, telemetry
+from tether.runtime import notices, telemetry, tracing
 from tether.runtime.approvals import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -218,9 +218,7 @@ class Approvals:
             "tether.decided_via": who.via,
             "tether.status": new.status,
         }
-        with telemetry.tracer.start_as_current_span(
-            "tether.approval.decide", attributes=attributes
-        ):
+        with tracing.span_in_trace_of("tether.approval.decide", old.traceparent, attributes):
             return await store.update_approval(new, old.version, audit=audit, notices=stored)
 
     def _outcome_notices(self, record: ApprovalRecord) -> list[NewMessage]:
@@ -278,7 +276,7 @@ class Approvals:
         self, old: ApprovalRecord, new: ApprovalRecord, decision: Decision, who: Identity
     ) -> None:
         kind = type(decision).__name__.lower()
-        telemetry.approval_decisions.add(1, {"decision": kind})
+        telemetry.approval_decisions.add(1, {"tether.decision": kind})
         telemetry.log.info(
             "approval_decided",
             request_id=new.request_id,
@@ -309,9 +307,10 @@ class Approvals:
 
     def requested(self, record: ApprovalRecord) -> None:
         """A step was just parked on ``record``: offer it to the attached handlers."""
-        telemetry.escalations.add(1, {"tool": record.tool})
+        telemetry.escalations.add(1, {"tether.tool": record.tool})
         telemetry.guard_event(
             "approval_requested",
+            "info",  # by design: a person decides
             request_id=record.request_id,
             session_id=record.actor_id,
             tool=record.tool,

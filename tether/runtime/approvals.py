@@ -168,6 +168,7 @@ def new_request(
     context: dict[str, Any],
     policy: ApprovalPolicy,
     now: float,
+    traceparent: str | None = None,
 ) -> ApprovalRecord:
     if tool.path:  # another process validates a Modify decision by importing the tool
         warn_if_main(tool.path, "tool")
@@ -187,6 +188,7 @@ def new_request(
         quorum=policy.approvers_needed,
         created_at=now,
         notify=[w.url for w in policy.webhooks()],
+        traceparent=traceparent,
     )
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 import structlog
+from opentelemetry import trace
 
 from tether.actors.actor import Actor, ActorSpec
 from tether.actors.messages import UNENCODABLE, DeadLettered, Event
@@ -42,7 +43,7 @@ from tether.errors import (
     StepSuspended,
     ToolUnavailable,
 )
-from tether.runtime import effects, notices, telemetry
+from tether.runtime import effects, notices, telemetry, tracing
 from tether.store.records import (
     PARKED,
     ApprovalRecord,
@@ -688,6 +689,7 @@ class Cell:
             attempts=0,
             wants_reply=False,
             local=msg,
+            traceparent=tracing.current(),  # e.g. the failed child's step: its trace
         )
         self.known.add(local.msg_id)
         # After the message being processed (if any), before the rest: OTP's exit signals jump
@@ -751,13 +753,23 @@ class Cell:
             "tether.msg_id": m.msg_id,
             "tether.message_type": m.type,
         }
-        with telemetry.tracer.start_as_current_span("tether.handle", attributes=attributes) as span:
+        # A child of the context the message was sent in, whatever process sent it and however
+        # often it was delivered before: every attempt at a task's steps is in its one trace.
+        with telemetry.tracer.start_as_current_span(
+            "tether.handle",
+            context=tracing.parent_context(m.traceparent),
+            kind=trace.SpanKind.CONSUMER,
+            attributes=attributes,
+        ) as span:
             trace_id = span.get_span_context().trace_id
             structlog.contextvars.bind_contextvars(trace_id=f"{trace_id:032x}")
             try:
                 await self._deliver_current(m)
             finally:
                 structlog.contextvars.unbind_contextvars("trace_id")
+                # Which delivery of the message this was (counted once claimed): a step run
+                # again after a failure or a crash is another span of the same trace.
+                span.set_attribute("tether.delivery", m.attempts)
 
     async def _deliver_current(self, m: StoredMessage) -> None:
         rt = self.runtime

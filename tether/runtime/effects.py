@@ -46,7 +46,7 @@ from tether.errors import (
     ToolUnavailable,
     TransientToolError,
 )
-from tether.runtime import approvals, notices, telemetry
+from tether.runtime import approvals, notices, telemetry, tracing
 from tether.runtime.interrupts import CallInterrupted, Interruptible
 from tether.store.records import ApprovalRecord, EffectRecord, EffectWrite, NewMessage
 
@@ -243,6 +243,7 @@ class _Effect:
                 context=context,
                 policy=policy,
                 now=now,
+                traceparent=tracing.current() or self.m.traceparent,
             )
             stored = await self._notices(record)
             await self._gate_event(
@@ -438,7 +439,7 @@ class _Effect:
             detection = loops.take_pending()
         if detection is None:
             return
-        telemetry.loop_detections.add(1, {"pattern": detection.pattern})
+        telemetry.loop_detections.add(1, {"tether.loop_pattern": detection.pattern})
         telemetry.guard_event(
             "loop_detected",
             actor_id=self.cell.actor_id,
@@ -517,7 +518,7 @@ class _Effect:
     def _mark_replayed(self, rec: EffectRecord) -> None:
         self.replayed = True
         self.attempt = rec.attempts
-        telemetry.effects_replayed.add(1, {"tool": self.tool.name})
+        telemetry.effects_replayed.add(1, {"tether.tool": self.tool.name})
         self.log.info("effect_replayed", status=rec.status, attempt=rec.attempts)
 
     async def _call(self, rec: EffectRecord, *, first: bool = False) -> Any:
@@ -537,7 +538,7 @@ class _Effect:
             await self._write(rec)  # I4: the intent is durable before the call
             first = False
             self.attempt = rec.attempts
-            telemetry.effects_run.add(1, {"tool": tool.name})
+            telemetry.effects_run.add(1, {"tether.tool": tool.name})
             started = time.monotonic()
             try:
                 value = await self._invoke()
@@ -553,6 +554,11 @@ class _Effect:
                 history = [*rec.history, f"attempt {rec.attempts}: {error}"]
                 self.log.warning(
                     "effect_attempt_failed", attempt=rec.attempts, outcome=outcome, error=error
+                )
+                # on the effect's span: each failed attempt of a retried call is seen in the trace
+                telemetry.span_event(
+                    "effect_attempt_failed",
+                    {"attempt": rec.attempts, "outcome": outcome, "error": error},
                 )
                 retryable = outcome == "not_done" or (
                     outcome == "maybe_done" and tool.recovery == "retry"
@@ -722,7 +728,7 @@ class _Effect:
             history=[*rec.history, note],
             updated_at=self.cell.runtime.clock(),
         )
-        telemetry.effects_quarantined.add(1, {"tool": self.tool.name})
+        telemetry.effects_quarantined.add(1, {"tether.tool": self.tool.name})
         await self._write(held)
         raise EffectInterrupted(self.tool.name, self.key, reason, made=True)
 
@@ -775,7 +781,7 @@ class _Effect:
                 reason=reason,
                 updated_at=self.cell.runtime.clock(),
             )
-            telemetry.effects_quarantined.add(1, {"tool": self.tool.name})
+            telemetry.effects_quarantined.add(1, {"tether.tool": self.tool.name})
             self.log.error("effect_quarantined", reason=reason, attempt=rec.attempts)
         self.step.suspend(f"effect {self.key} ({self.tool.name}) is quarantined: {reason}", rec)
         raise StepSuspended(self.step.suspended or reason)

@@ -33,6 +33,7 @@ from tether.actors.messages import (
     nesting_problem,
 )
 from tether.actors.ref import ActorRef
+from tether.actors.status import actor_status
 from tether.errors import (
     ActorIdTaken,
     ActorNotFound,
@@ -48,11 +49,12 @@ from tether.errors import (
     StoreError,
     TetherError,
 )
-from tether.runtime import telemetry
+from tether.runtime import telemetry, tracing
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
 from tether.runtime.clock import Clock, SystemClock
+from tether.runtime.collector import GcPolicy, governor
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
 A = TypeVar("A", bound=Actor[Any])
 
 _MAX_ID_LEN = 256
+_DEFAULT_GC = GcPolicy()
 
 
 class Runtime:
@@ -114,6 +117,10 @@ class Runtime:
         serve: False opens the store for administration only (the CLI, a web hook that
             decides approvals): no actor ever runs in this process; messages sent from it are
             stored for the runtimes that serve the store.
+        gc: what the runtime does to CPython's cyclic garbage collector while it serves
+            (process-wide; see ``tether.GcPolicy``): by default it raises the thresholds and
+            freezes long-lived objects after activations; ``GcPolicy.unchanged()`` leaves
+            the collector alone. Not applied with ``serve=False``.
         clock: the time source for delays, restart windows and backoff
             (``tether.testing.FakeClock`` in tests); also the lease clock of a store opened
             from ``path`` that has no clock of its own (SQLite, memory).
@@ -136,6 +143,7 @@ class Runtime:
         clock: Clock | None = None,
         approval_policy: ApprovalPolicy | None = None,
         serve: bool = True,
+        gc: GcPolicy = _DEFAULT_GC,
     ) -> None:
         _positive("max_attempts", max_attempts, integer=True)
         _positive("snapshot_every", snapshot_every, integer=True)
@@ -146,6 +154,8 @@ class Runtime:
         _positive("max_message_bytes", max_message_bytes, integer=True)
         if passivate_after is not None:
             _positive("passivate_after", passivate_after)
+        if not isinstance(gc, GcPolicy):
+            raise ConfigError(f"gc must be a tether.GcPolicy, not {gc!r}")
         if store is not None and durability is not None:
             # Never silently ignored: the store was opened with a durability of its own.
             raise ConfigError(
@@ -181,6 +191,7 @@ class Runtime:
         self.quarantine = Quarantine(self)
         self.approvals = Approvals(self)
         self.serving = serve
+        self.gc_policy = gc
         self.guards = Guards(self)
         self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
 
@@ -235,6 +246,8 @@ class Runtime:
             await self.store.close()
             raise
         self._open = True
+        if self.serving:
+            governor.enter(self.gc_policy)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
         if not self.serving:  # asks from an admin process are answered by the serving ones
@@ -284,6 +297,8 @@ class Runtime:
                     if self.serving:
                         await self.store.remove_runtime(self.runtime_id)
                 finally:
+                    if self.serving:
+                        governor.exit(self.gc_policy)
                     await self.store.close()
         for futs in self._asks.values():
             for fut in futs:
@@ -566,15 +581,26 @@ class Runtime:
                 actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
             ) from exc
         now = self.clock()
+        type_name = type(msg).__name__
+        # The trace the message joins (tether.runtime.tracing): a step's sends pass on its own.
+        step = current_step.get()
+        if step is not None and not step.closed:
+            inbound = step.cell.current
+            traceparent = tracing.outgoing(
+                inbound.traceparent if inbound is not None else None, True, actor_id, type_name
+            )
+        else:
+            traceparent = tracing.outgoing(None, False, actor_id, type_name)
         return NewMessage(
             msg_id=f"{self._id_prefix}-{next(self._ids)}",
             actor_id=actor_id,
-            type=type(msg).__name__,
+            type=type_name,
             payload=payload,
             deliver_at=now + delay if delay else now,
             created_at=now,
             dedup_key=dedup_key,
             wants_reply=wants_reply,
+            traceparent=traceparent,
             decoded=decoded,
         )
 
@@ -632,6 +658,7 @@ class Runtime:
                     attempts=new.attempts,
                     wants_reply=new.wants_reply,
                     decoded=new.decoded,
+                    traceparent=new.traceparent,
                 )
             )
         else:
@@ -982,6 +1009,7 @@ class Runtime:
             self.cells[actor_id] = cell
             self.start_soon(cell.run)
             telemetry.activations.add(1)
+            governor.activated(len(self.cells))
             return cell
         finally:
             if self._activating.get(actor_id) is done:
@@ -1195,11 +1223,7 @@ class Runtime:
         }
 
         def node(rec: ActorRecord) -> TreeNode:
-            status = (
-                rec.status
-                if rec.status != "active"
-                else self.supervision.held.get(rec.actor_id, "running")
-            )
+            status = actor_status(rec.status, self.supervision.held.get(rec.actor_id))
             count, last = self.supervision.counts(rec.actor_id, rec.parent_id)
             cell = self.cells.get(rec.actor_id)
             summary = getattr(cell.instance, "summary", None) if cell is not None else None
@@ -1239,7 +1263,7 @@ class Runtime:
         spec = actor_spec(cls)
         instance = cls(**_decode_init(spec, rec.init))
         state, _ = await fold(self, spec, rec.actor_id, instance)
-        instance._tether_cell = _Folded(rec.actor_id, state)
+        instance._tether_cell = _Folded(rec.actor_id, state, self)
         return instance
 
     async def session_info(self, session_id: str) -> SessionInfo:
@@ -1401,10 +1425,12 @@ def _init_hints(cls: type[Any]) -> dict[str, Any]:
 
 
 class _Folded:
-    """What an actor instance built only to describe itself reads through its cell."""
+    """What an actor instance built only to describe itself reads through its cell: its id,
+    its state, and the runtime (for its clock)."""
 
-    __slots__ = ("actor_id", "state")
+    __slots__ = ("actor_id", "runtime", "state")
 
-    def __init__(self, actor_id: str, state: Any) -> None:
+    def __init__(self, actor_id: str, state: Any, runtime: Runtime) -> None:
         self.actor_id = actor_id
         self.state = state
+        self.runtime = runtime

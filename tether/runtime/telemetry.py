@@ -2,63 +2,34 @@
 
 With no OpenTelemetry SDK configured, the API hands out no-op tracers and meters, so the calls
 below cost next to nothing; a user who configures an SDK gets spans and metrics with no code
-change. Spans are only started when the active tracer provider records them.
+change. Spans are only started when the active tracer provider records them
+(``tracing_enabled``). Tracer and meter are tether's instrumentation scope (``tether.otel``).
 """
 
 from __future__ import annotations
 
-import logging
-import sys
-import time
 from typing import Any
 
 import structlog
-from opentelemetry import metrics, trace
+from opentelemetry import trace
 
-tracer = trace.get_tracer("tether")
-meter = metrics.get_meter("tether")
+from tether.otel import meter as meter
+from tether.otel import tracer as tracer
+from tether.otel import tracing_enabled as tracing_enabled
+from tether.runtime.logs import TetherLogger, iso_time
 
+log: Any = TetherLogger()  # structlog when the app configured it, else `logging` (logs.py)
 
-class _TetherLogger:
-    """tether's structlog logger. An application that configures structlog gets every event
-    through its own configuration; one that does not gets warnings and errors on stderr,
-    so that a library never prints its info lines into someone's program unasked."""
-
-    __slots__ = ("_fallback",)
-
-    def __init__(self) -> None:
-        self._fallback: Any = None
-
-    def _target(self) -> Any:
-        if structlog.is_configured():
-            return structlog.get_logger("tether")
-        if self._fallback is None:
-            self._fallback = structlog.wrap_logger(
-                structlog.PrintLogger(sys.stderr),
-                wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                processors=[
-                    structlog.contextvars.merge_contextvars,
-                    structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
-                    structlog.dev.ConsoleRenderer(colors=False),
-                ],
-            )
-        return self._fallback
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target(), name)
-
-
-log: Any = _TetherLogger()
-
+# Units are UCUM ("s", and "{message}"-style annotations for counts); attributes are named as
+# on the spans ("tether.tool", "tether.decision", ...), so a metric and a span can be joined.
 messages_handled = meter.create_counter(
-    "tether.messages.handled", description="messages processed and committed"
+    "tether.messages.handled", unit="{message}", description="messages processed and committed"
 )
 redeliveries = meter.create_counter(
-    "tether.messages.redelivered", description="deliveries after a failed attempt"
+    "tether.messages.redelivered", unit="{message}", description="deliveries after a failed attempt"
 )
 dead_letters = meter.create_counter(
-    "tether.messages.dead_lettered", description="messages moved to dead letters"
+    "tether.messages.dead_lettered", unit="{message}", description="messages moved to dead letters"
 )
 queue_age = meter.create_histogram(
     "tether.messages.queue_age",
@@ -66,41 +37,49 @@ queue_age = meter.create_histogram(
     description="time from enqueue to the start of processing",
 )
 in_flight = meter.create_up_down_counter(
-    "tether.messages.in_flight", description="messages being handled right now"
+    "tether.messages.in_flight", unit="{message}", description="messages being handled right now"
 )
-commit_size = meter.create_histogram("tether.commit.writes", description="writes per group commit")
+commit_size = meter.create_histogram(
+    "tether.commit.writes", unit="{write}", description="writes per group commit"
+)
 activations = meter.create_counter(
-    "tether.actors.activated", description="actor activations (incl. recovery)"
+    "tether.actors.activated", unit="{activation}", description="actor activations (incl. recovery)"
 )
 passivations = meter.create_counter(
-    "tether.actors.passivated", description="idle actors moved out of memory"
+    "tether.actors.passivated", unit="{passivation}", description="idle actors moved out of memory"
 )
 stale_commits = meter.create_counter(
-    "tether.commits.stale", description="commits rejected for a stale fencing token"
+    "tether.commits.stale",
+    unit="{commit}",
+    description="commits rejected for a stale fencing token",
 )
 effects_run = meter.create_counter(
-    "tether.effects.calls", description="tool and model calls made (each attempt)"
+    "tether.effects.calls", unit="{call}", description="tool and model calls made (each attempt)"
 )
 effects_replayed = meter.create_counter(
-    "tether.effects.replayed", description="effects answered from their receipt, not called"
+    "tether.effects.replayed",
+    unit="{effect}",
+    description="effects answered from their receipt, not called",
 )
 effects_quarantined = meter.create_counter(
-    "tether.effects.quarantined", description="ambiguous effects held for a person"
+    "tether.effects.quarantined", unit="{effect}", description="ambiguous effects held for a person"
 )
 escalations = meter.create_counter(
-    "tether.approvals.requested", description="calls held for a person (escalations)"
+    "tether.approvals.requested",
+    unit="{request}",
+    description="calls held for a person (escalations)",
 )
 approval_decisions = meter.create_counter(
-    "tether.approvals.decisions", description="approval decisions recorded"
+    "tether.approvals.decisions", unit="{decision}", description="approval decisions recorded"
 )
 approval_latency = meter.create_histogram(
     "tether.approvals.latency", unit="s", description="time from request to final decision"
 )
 breaker_transitions = meter.create_counter(
-    "tether.breakers.transitions", description="circuit breaker state changes"
+    "tether.breakers.transitions", unit="{transition}", description="circuit breaker state changes"
 )
 loop_detections = meter.create_counter(
-    "tether.loops.detected", description="loop patterns detected in sessions"
+    "tether.loops.detected", unit="{detection}", description="loop patterns detected in sessions"
 )
 
 
@@ -118,43 +97,39 @@ def bind_msg_id(msg_id: str) -> None:
         _msg_id_var.set(msg_id)
 
 
-_checked_at = -1.0
-_enabled = False
+# Fields of guard events that are times (seconds since the epoch, on the runtime's clock):
+# logged, and added to spans, in ISO 8601.
+_TIMES = frozenset({"at", "until", "deadline"})
 
 
-def tracing_enabled() -> bool:
-    """Whether spans would be recorded (an SDK tracer provider is installed).
-
-    Asked once per message, so the answer is cached for a second: looking up the provider
-    reads the environment each time.
-    """
-    global _checked_at, _enabled
-    now = time.monotonic()
-    if now - _checked_at > 1.0:
-        provider = trace.get_tracer_provider()
-        _enabled = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
-        _checked_at = now
-    return _enabled
+def span_event(name: str, fields: dict[str, object]) -> None:
+    """A span event ``tether.{name}`` with ``fields`` on the active span, if it records."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(f"tether.{name}", _attributes(fields))
 
 
 def guard_event(name: str, level: str = "warning", **fields: object) -> None:
-    """A guard's state change (a breaker trip, a loop detection): a structlog event and, inside
-    a recorded span (the effect's), a span event with the same fields."""
+    """A guard's state change (a breaker trip, a loop detection, an approval requested): a log
+    event and, inside a recorded span (the effect's), a span event with the same fields."""
+    fields = {
+        k: iso_time(v) if k in _TIMES and isinstance(v, int | float) else v
+        for k, v in fields.items()
+    }
     getattr(log, level)(name, **fields)
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event(f"tether.{name}", {k: str(v) for k, v in fields.items()})
+    span_event(name, fields)
 
 
 def supervision_event(name: str, actor_id: str, **fields: object) -> None:
     """Every restart, stop, escalation and backoff: a structlog event and, inside a recorded
     span, a span event with the same fields."""
     log.info(name, actor_id=actor_id, **fields)
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event(
-            f"tether.{name}", {"actor_id": actor_id, **{k: str(v) for k, v in fields.items()}}
-        )
+    span_event(name, {"actor_id": actor_id, **fields})
+
+
+def _attributes(fields: dict[str, object]) -> dict[str, str]:
+    """A log event's fields as span event attributes, named as the spans' own are."""
+    return {f"tether.{k}": str(v) for k, v in fields.items()}
 
 
 # Damaged store rows this process has already logged: scans and listings read them again and

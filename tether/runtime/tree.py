@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import msgspec
 
+from tether.actors.status import ActorStatus
+
 
 class TreeNode(msgspec.Struct, frozen=True):
     """One actor in the tree.
 
-    ``status`` is ``running`` (active here, passivated, or owned by another runtime),
-    ``restarting``, ``backing off``, ``stopped`` or ``failed``; ``active`` says whether its
+    ``status`` is an ``ActorStatus`` (``tether/actors/status.py``): ``running`` (active here,
+    passivated, or owned by another runtime), ``restarting``, ``backing off``, ``stopped`` or
+    ``failed``; ``active`` says whether its
     instance is in this process's memory right now. ``detail`` is what the actor says of its
     own state when it has a ``summary()`` (a breaker: open until when, why): from its live
     state when it is active here, else from its committed journal (unless it builds state in
@@ -18,7 +21,7 @@ class TreeNode(msgspec.Struct, frozen=True):
 
     id: str
     actor_class: str
-    status: str
+    status: ActorStatus
     active: bool
     restart_count: int
     last_failure: str | None

@@ -62,6 +62,10 @@ class StoredMessage(msgspec.Struct, gc=False):
     # times this message was set aside: parked (waiting on an effect or a person) or
     # dead-lettered and retried. Nonzero: its step may have ledger rows to replay.
     parks: int = 0
+    # The W3C trace context the message was sent in (``00-<trace id>-<span id>-<flags>``), or
+    # None: its steps' spans join that trace, in whichever process and after however many
+    # restarts they run (``tether.runtime.tracing``). Stored with the message, never changed.
+    traceparent: str | None = None
 
 
 # gc=False: an int and bytes can form no cycle, and recovery makes one per event; left to the
@@ -151,6 +155,7 @@ class NewMessage(msgspec.Struct, gc=False):
     # the sending process, whose first attempt is then counted by the insert itself (I7)
     # instead of by a separate claim commit.
     attempts: int = 0
+    traceparent: str | None = None  # stored with the message (``StoredMessage.traceparent``)
     # The message as the receiver decodes ``payload`` (the send's check did): in memory only,
     # handed to the receiver's cell with the message. Never stored.
     decoded: Any = None
@@ -338,6 +343,9 @@ class ApprovalRecord(msgspec.Struct, kw_only=True):
     # their URLs only, never their secrets. A decision made in any process stores the
     # outcome's notices with itself (``Store.update_approval``).
     notify: list[str] = msgspec.field(default_factory=list)
+    # The trace of the step that asked (W3C ``traceparent``): a decision, whoever makes it and
+    # wherever, is a span in that trace (``tether.runtime.tracing.span_in_trace_of``).
+    traceparent: str | None = None
 
 
 class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -216,7 +216,7 @@ class Breaker(Actor[BreakerState]):
         counts = self.core().counts(now)
         return {
             "tool": self.tool,
-            "status": state.status,
+            "status": state.status_at(now),
             "trips": state.trips,
             "reason": state.reason,
             "until": state.until if state.status != "closed" else None,
@@ -229,13 +229,23 @@ class Breaker(Actor[BreakerState]):
         }
 
     def summary(self) -> str:
-        """One line for ``rt.tree()``."""
+        """One line for ``rt.tree()``, as of the runtime's clock: an open breaker whose open
+        time is over shows as half-open (``BreakerState.status_at``), never "open until" a
+        time that has passed."""
         state = self.state
-        if state.status == "closed":
+        now = self._tether_cell.runtime.clock()
+        status = state.status_at(now)
+        if status == "closed":
             return "closed"
-        until = time.strftime("%H:%M:%S", time.localtime(state.until))
-        passed = f"; trial calls passed={state.probes_passed}" if state.probes_passed else ""
-        return f"{state.status} until {until} ({state.reason}); trips={state.trips}{passed}"
+        trips = f"trips={state.trips}"
+        if state.probes_passed:
+            trips += f"; trial calls passed={state.probes_passed}"
+        if status == "open":
+            until = time.strftime("%H:%M:%S", time.localtime(state.until))
+            return f"open until {until} ({state.reason}); {trips}"
+        if state.status == "open":  # its open time is over; no caller has come since
+            return f"half-open: the next call is a trial (opened: {state.reason}); {trips}"
+        return f"half-open: trial call(s) under way (opened: {state.reason}); {trips}"
 
 
 class ResetLoops(Message):

@@ -117,6 +117,14 @@ class BreakerState(msgspec.Struct, frozen=True, kw_only=True):
     probes_admitted: int = 0
     probes_passed: int = 0
 
+    def status_at(self, now: float) -> Status:
+        """The status a caller meets at ``now``: an open breaker whose open time is over is
+        ``half_open`` (the next caller's call is its trial), although no event has said so
+        yet: the transition is journaled when that caller comes."""
+        if self.status == "open" and self.until <= now:
+            return "half_open"
+        return self.status
+
     def remaining_open(self, now: float, probes: int = 1) -> float:
         """Seconds before the next caller may be admitted (0 when closed, due, or half-open
         with one of its ``probes`` permits free)."""

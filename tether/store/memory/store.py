@@ -128,6 +128,7 @@ class MemoryStore(Tables):
             wants_reply=m.wants_reply,
             seq=row.seq,
             parks=row.parks,
+            traceparent=m.traceparent,
         )
 
     async def pending(

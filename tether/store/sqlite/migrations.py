@@ -18,6 +18,9 @@ Upgrades:
 * 4 → 5: the audit log (``audit``): every attempted decision on an approval and every
   resolution of a quarantined effect or a dead letter, allowed or refused. Existing stores
   start with an empty log.
+* 5 → 6: the mailbox's ``traceparent``: the W3C trace context each message was sent in, so
+  that a task's steps are one trace across restarts and processes. Messages already stored
+  have none (NULL): each of their steps starts a trace of its own, as before.
 """
 
 from __future__ import annotations
@@ -64,11 +67,18 @@ def _v4_to_v5(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v5_to_v6(conn: sqlite3.Connection) -> None:
+    # Appended as the last column, where a new store's CREATE TABLE puts it too: both have the
+    # same table (``SELECT *`` and ``PRAGMA table_info`` agree), whichever way they came.
+    conn.execute("ALTER TABLE mailbox ADD COLUMN traceparent TEXT")
+
+
 #: version -> the upgrade from it to the next version.
 _UPGRADES: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }
 
 

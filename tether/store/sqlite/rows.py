@@ -55,6 +55,7 @@ def mailbox_row(m: NewMessage) -> tuple[Any, ...]:
         int(m.wants_reply),
         m.created_at,
         m.attempts,
+        m.traceparent,
     )
 
 
@@ -216,9 +217,21 @@ def dead_letter(row: Sequence[Any]) -> DeadLetter:
     )
 
 
-MAILBOX_COLUMNS = "seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks"
+MAILBOX_COLUMNS = (
+    "seq, msg_id, type, payload, deliver_at, attempts, errors, wants_reply, parks, traceparent"
+)
 MAILBOX_TYPES = _columns(
-    MAILBOX_COLUMNS, _INT, _TEXT, _TEXT, _BLOB, _REAL, _INT, _BLOB_OR_NULL, _INT, _INT
+    MAILBOX_COLUMNS,
+    _INT,
+    _TEXT,
+    _TEXT,
+    _BLOB,
+    _REAL,
+    _INT,
+    _BLOB_OR_NULL,
+    _INT,
+    _INT,
+    _TEXT_OR_NULL,
 )
 
 

@@ -13,7 +13,7 @@ from tether.errors import SchemaVersionError, StoreOpenError
 from tether.store.sqlite.audit import AUDIT_TABLE
 from tether.store.sqlite.conn import Tx
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The effects ledger, keyed by message: msg ids are a runtime's random prefix and a counter, so
 # new rows land on a few hot pages instead of one page per session (a commit dirties, and
@@ -73,7 +73,8 @@ CREATE TABLE mailbox (
     errors      BLOB,
     wants_reply INTEGER NOT NULL DEFAULT 0,
     created_at  REAL NOT NULL,
-    parks       INTEGER NOT NULL DEFAULT 0
+    parks       INTEGER NOT NULL DEFAULT 0,
+    traceparent TEXT
 );
 CREATE INDEX mailbox_by_actor ON mailbox(actor_id, seq);
 CREATE INDEX mailbox_by_due ON mailbox(deliver_at);

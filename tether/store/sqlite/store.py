@@ -226,8 +226,20 @@ class SqliteStore(Ledger, AuditLog):
                 wants_reply=bool(wants_reply),
                 seq=seq,
                 parks=parks,
+                traceparent=traceparent,
             )
-            for seq, msg_id, type_, payload, deliver_at, attempts, errors, wants_reply, parks in found
+            for (
+                seq,
+                msg_id,
+                type_,
+                payload,
+                deliver_at,
+                attempts,
+                errors,
+                wants_reply,
+                parks,
+                traceparent,
+            ) in found
         ]
 
     async def list_messages(

@@ -213,14 +213,14 @@ async def insert_messages(db: Tx, messages: list[NewMessage], result: BatchResul
         if not has_key:
             await db.execute_rows(
                 "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, "
-                "wants_reply, created_at, attempts) VALUES ",
-                "(?, ?, ?, ?, ?, ?, ?, ?)",
+                "wants_reply, created_at, attempts, traceparent) VALUES ",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [mailbox_row(m) for m in run],
             )
             continue
         await db.executemany(
-            "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts) "
-            "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
+            "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, created_at, attempts, traceparent) "
+            "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
             "(SELECT 1 FROM dedup WHERE actor_id = ? AND dedup_key = ? AND msg_id <> ?)",
             [(*mailbox_row(m), m.actor_id, m.dedup_key, m.msg_id) for m in run],
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tether.store.protocol import Store
 from tether.store.records import (
     Batch,
+    Park,
 )
 from tether.testing.conformance.support import (
     NOW,
@@ -39,6 +40,34 @@ async def test_pending_returns_messages_in_mailbox_order(store: Store) -> None:
     assert got[0].wants_reply is False
     assert [m.msg_id for m in await store.pending("a", NOW, 2)] == ["m-c", "m-a"]
     assert await pending_ids(store, "b") == ["x-1"]
+
+
+async def test_a_messages_trace_context_is_stored_with_it_and_read_back_unchanged(
+    store: Store,
+) -> None:
+    """traceparent (the W3C trace context a message was sent in) round-trips as written, for a
+    sent message and a step's outbox alike, through pending and list_messages and through a
+    park and unpark; a message sent without one reads None."""
+    one = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    two = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+    fence = await owned(store, "a")
+    await spawn(store, "b")
+    await send(store, msg("in", traceparent=one), msg("plain"))
+    await store.apply(
+        Batch(steps=[step("a", fence, "in", outbox=[msg("out", "b", traceparent=two)])])
+    )
+    await store.apply(Batch(parks=[Park("a", fence, "plain")]))
+    await send(store, msg("later", traceparent=one))
+    await store.apply(Batch(parks=[Park("a", fence, "later")]))
+    assert await store.unpark("later", NOW + 1)
+    assert [(m.msg_id, m.traceparent) for m in await store.pending("a", NOW + 1, 10)] == [
+        ("later", one)
+    ]
+    assert [(m.msg_id, m.traceparent) for m in await store.list_messages("a", 10)] == [
+        ("plain", None),
+        ("later", one),
+    ]
+    assert [(m.msg_id, m.traceparent) for m in await store.pending("b", NOW, 10)] == [("out", two)]
 
 
 async def test_delayed_message_is_not_pending_until_due(store: Store) -> None:

@@ -177,6 +177,7 @@ def msg(
     wants_reply: bool = False,
     type_: str = "Ping",
     payload: bytes | None = None,
+    traceparent: str | None = None,
 ) -> NewMessage:
     return NewMessage(
         msg_id=msg_id,
@@ -187,6 +188,7 @@ def msg(
         created_at=created_at,
         dedup_key=dedup_key,
         wants_reply=wants_reply,
+        traceparent=traceparent,
     )
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 import tether
+from tether.cli.base import add_command
 from tether.runtime.check import check_runtime_store
 
 EXIT_OK = 0
@@ -39,6 +40,15 @@ class ProgressBar:
         if done >= total:
             self.out.write("\r" + " " * (_BAR_WIDTH + 40) + "\r")
         self.out.flush()
+
+
+def register(commands: Any) -> None:
+    add_command(
+        commands,
+        "check",
+        "check the whole store's integrity (after an incident): exit 1 naming each violation",
+        cmd_check,
+    )
 
 
 async def cmd_check(rt: tether.Runtime, args: argparse.Namespace) -> int:
