@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ def calls(db: Path, tool: str | None = None) -> list[dict[str, Any]]:
     """The calls the server recorded (of ``tool``), oldest first."""
     if not db.exists():
         return []
-    with sqlite3.connect(db, timeout=30) as conn:
+    with closing(sqlite3.connect(db, timeout=30)) as conn, conn:
         conn.row_factory = sqlite3.Row
         try:
             rows = conn.execute("SELECT * FROM calls ORDER BY rowid").fetchall()
@@ -49,7 +49,7 @@ def calls(db: Path, tool: str | None = None) -> list[dict[str, Any]]:
 
 def charges(db: Path) -> list[str]:
     """The charges the server did (one per key)."""
-    with sqlite3.connect(db, timeout=30) as conn:
+    with closing(sqlite3.connect(db, timeout=30)) as conn, conn:
         return [r[0] for r in conn.execute("SELECT receipt FROM charges ORDER BY rowid")]
 
 
