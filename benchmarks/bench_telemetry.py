@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Bench, Counter, GetCount, Scenario, fmt, rm_scratch, scratch_dir
 
 import tether
-from tether.runtime import telemetry
+from tether import telemetry
 
 Sample = dict[str, tuple[int, float]]
 

@@ -24,7 +24,7 @@ import structlog
 import tether
 from tests.badinput import actors as b
 from tests.sqlite_files import dump
-from tether.runtime import telemetry
+from tether import telemetry
 from tether.runtime.effects import effect_key
 
 pytestmark = pytest.mark.anyio

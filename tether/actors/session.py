@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from tether import telemetry
 from tether.actors import genai
 from tether.actors.actor import Actor, check_items
 from tether.actors.context import (
@@ -43,6 +44,7 @@ from tether.actors.context import (
     assemble,
     default_counter,
 )
+from tether.actors.guards.gate import ApprovalPolicy
 from tether.actors.guards.loops import LoopPolicy
 from tether.actors.messages import DeadLettered, Event, FallibleReply, Message
 from tether.actors.model import (
@@ -579,8 +581,6 @@ class AgentSession(Actor[SessionState]):
         )
         if self.state.corrections >= 2:
             why = f"escalated: invalid tool call twice in a row ({call.tool}: {problem})"
-            from tether.runtime import telemetry
-
             telemetry.escalations.add(1, {"tether.tool": call.tool})
             telemetry.log.warning("session_escalated", session_id=self.id, why=why)
             self._end(f"stopped: {why}", f"I need a person's help: {why}")
@@ -698,8 +698,6 @@ def _check_settings(cls: type[AgentSession]) -> None:
         raise ConfigError(
             f"{where}.loop_policy must be a tether.LoopPolicy or None, not {cls.loop_policy!r}"
         )
-    from tether.runtime.approvals import ApprovalPolicy
-
     approval = getattr(cls, "approval_policy", None)
     if approval is not None and not isinstance(approval, ApprovalPolicy):
         raise ConfigError(

@@ -15,12 +15,12 @@ import msgspec
 import tether
 from tether.actors.actor import class_path, import_object
 from tether.actors.guards.actors import Breaker
+from tether.actors.guards.gate import ApprovalRequest
 from tether.actors.session import MODEL_TOOL
 from tether.actors.tool import Tool
 from tether.console import timeline
 from tether.render import journal as journal_lines
 from tether.render import records, text
-from tether.runtime.approvals import ApprovalRequest
 from tether.store.records import ApprovalRecord
 
 RECENT_EVENTS = 12

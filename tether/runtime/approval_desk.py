@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether import telemetry
 from tether.actors.actor import import_class, import_object
 from tether.actors.guards.webhook import Webhook
 from tether.errors import (
@@ -24,7 +25,7 @@ from tether.errors import (
     NotPermitted,
     ToolInputError,
 )
-from tether.runtime import notices, telemetry, tracing
+from tether.runtime import notices, tracing
 from tether.runtime.approvals import (
     ApprovalPolicy,
     ApprovalRequest,

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether import telemetry
 from tether.errors import ConfigError
-from tether.runtime import telemetry
 from tether.store.records import AuditRecord
 
 if TYPE_CHECKING:

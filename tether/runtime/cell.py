@@ -30,6 +30,7 @@ import msgspec
 import structlog
 from opentelemetry import trace
 
+from tether import telemetry
 from tether.actors.actor import Actor, ActorSpec
 from tether.actors.messages import UNENCODABLE, DeadLettered, Event
 from tether.actors.ref import ActorRef
@@ -43,7 +44,7 @@ from tether.errors import (
     StepSuspended,
     ToolUnavailable,
 )
-from tether.runtime import effects, notices, telemetry, tracing
+from tether.runtime import effects, notices, tracing
 from tether.store.records import (
     PARKED,
     ApprovalRecord,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether import telemetry
 from tether.errors import (
     ActorStopped,
     ConfigError,
@@ -18,7 +19,6 @@ from tether.errors import (
     DeadLetterNotFound,
     NotPermitted,
 )
-from tether.runtime import telemetry
 from tether.runtime.audit import Identity, check_identity, entry, refused
 from tether.store.records import DeadLetter
 

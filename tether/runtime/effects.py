@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import anyio
 import msgspec
 
+from tether import telemetry
 from tether.actors.guards.actors import ApprovalRequested, ApprovalSettled
 from tether.actors.guards.breaker import CallToken, Refused
 from tether.actors.messages import UNENCODABLE, nesting_problem
@@ -46,7 +47,7 @@ from tether.errors import (
     ToolUnavailable,
     TransientToolError,
 )
-from tether.runtime import approvals, notices, telemetry, tracing
+from tether.runtime import approvals, notices, tracing
 from tether.runtime.interrupts import CallInterrupted, Interruptible
 from tether.store.records import ApprovalRecord, EffectRecord, EffectWrite, NewMessage
 

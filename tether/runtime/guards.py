@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from tether import telemetry
 from tether.actors.actor import class_path
 from tether.actors.guards.actors import (
     GUARDS_SUPERVISOR,
     Breaker,
     Gate,
-    GuardSupervisor,
     LoopGuard,
     breaker_id,
     gate_id,
     loops_id,
-    wrong_guard,
 )
 from tether.actors.guards.breaker import Admission, BreakerCore, BreakerPolicy, CallToken
 from tether.actors.guards.loops import (
@@ -41,7 +40,7 @@ from tether.actors.guards.loops import (
 from tether.actors.guards.notifier import Notifier, notifier_id
 from tether.actors.tool import Tool, classify
 from tether.errors import ActorNotFound, AlreadyStarted, ConfigError, CorruptRecordError
-from tether.runtime import telemetry
+from tether.supervisor.guards import GuardSupervisor, wrong_guard
 from tether.supervisor.spec import ChildSpec
 
 if TYPE_CHECKING:

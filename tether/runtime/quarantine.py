@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
+from tether import telemetry
 from tether.actors.messages import UNENCODABLE, nesting_problem
 from tether.errors import ConfigError, CorruptRecordError, EffectNotFound, NotPermitted
-from tether.runtime import telemetry
 from tether.runtime.audit import Identity, check_identity, entry, refused
 from tether.runtime.dead_letters import check_filter
 from tether.store.records import EffectRecord

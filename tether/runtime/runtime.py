@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import anyio
 import msgspec
 
+from tether import telemetry
 from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, import_class
-from tether.actors.guards.actors import check_id_use
+from tether.actors.guards.gate import ApprovalPolicy
 from tether.actors.messages import (
     UNENCODABLE,
     FallibleReply,
@@ -49,9 +50,8 @@ from tether.errors import (
     StoreError,
     TetherError,
 )
-from tether.runtime import telemetry, tracing
+from tether.runtime import tracing
 from tether.runtime.approval_desk import Approvals
-from tether.runtime.approvals import ApprovalPolicy
 from tether.runtime.cell import Cell, Step, current_step, decoders, fold
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
@@ -77,6 +77,7 @@ from tether.store.records import (
     StoredMessage,
     Watch,
 )
+from tether.supervisor.guards import check_id_use
 from tether.supervisor.spec import ChildSpec
 
 if TYPE_CHECKING:

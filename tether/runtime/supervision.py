@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
+from tether import telemetry
 from tether.actors.actor import import_class
 from tether.errors import ActorIdTaken, ActorStopped, AlreadyStarted
-from tether.runtime import telemetry
 from tether.store.records import ActorRecord, Revive
 
 if TYPE_CHECKING:
