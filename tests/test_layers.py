@@ -163,6 +163,12 @@ def describe(graph: dict[str, dict[str, int]], circle: list[str]) -> str:
     return " -> ".join([*steps, circle[-1]])
 
 
+def test_no_module_of_tether_imports_itself_through_others() -> None:
+    graph = import_graph()
+    found = [describe(graph, circle) for circle in circles(graph)]
+    assert not found, "import circles:\n" + "\n".join(found)
+
+
 def test_every_area_of_tether_has_a_layer() -> None:
     unplaced = sorted({area(m) for m in import_graph()} - set(RANK))
     assert not unplaced, f"areas with no layer in tests/test_layers.py LAYERS: {unplaced}"

@@ -47,7 +47,7 @@ from tether.store.records import ApprovalRecord, AuditRecord, NewMessage
 
 if TYPE_CHECKING:
     from tether.actors.tool import Tool
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.kernel import Kernel
 
 #: What a refused decision raises; each is audited before it is raised.
 _REFUSALS = (
@@ -63,7 +63,7 @@ _REFUSALS = (
 class Approvals:
     """The runtime's approvals desk (``rt.approvals``)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Kernel) -> None:
         self._rt = runtime
         self._handlers: list[Handler] = []
         self._offered: set[str] = set()

@@ -21,9 +21,8 @@ import asyncio
 import contextlib
 import traceback
 from collections import deque
-from collections.abc import Coroutine, Sequence
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -45,12 +44,16 @@ from tether.errors import (
     ToolUnavailable,
 )
 from tether.runtime import effects, notices, tracing
+from tether.runtime.approval_desk import Approvals
+from tether.runtime.guards import Guards
+from tether.runtime.kernel import Kernel, Staged
+from tether.runtime.step import Deactivate, Exit, Step, SupervisorFailed, current_step
+from tether.runtime.supervision import Decision, Supervision
 from tether.store.records import (
     PARKED,
-    ApprovalRecord,
     AttemptFailed,
+    BatchResult,
     Claim,
-    EffectRecord,
     EffectWrite,
     JournalRow,
     LateReply,
@@ -62,110 +65,7 @@ from tether.store.records import (
     StoredMessage,
 )
 
-if TYPE_CHECKING:
-    from tether.runtime.runtime import Runtime
-    from tether.runtime.supervision import Decision
-
 _JOURNAL_CHUNK = 20_000  # rows per journal read: few thread hops, bounded memory
-
-current_step: ContextVar[Step | None] = ContextVar("tether_current_step", default=None)
-
-
-class Step:
-    """What one handler invocation has produced so far."""
-
-    __slots__ = (
-        "cell",
-        "closed",
-        "escalate",
-        "escalations",
-        "events",
-        "last_key",
-        "late_replies",
-        "ledger",
-        "next_effect",
-        "outbox",
-        "park_approval",
-        "park_effect",
-        "park_notices",
-        "park_until",
-        "reply_deferred",
-        "stop_reason",
-        "suspended",
-    )
-
-    def __init__(self, cell: Cell) -> None:
-        # The collections start as shared empty tuples and become lists on their first add:
-        # most steps add to one of them or none, and every object a step allocates lives
-        # until its commit, long enough for the cycle collector to walk it, often twice.
-        self.cell = cell
-        self.events: list[JournalRow] | tuple[()] = ()
-        self.outbox: list[NewMessage] | tuple[()] = ()
-        self.stop_reason: str | None = None
-        self.escalate: str | None = None
-        self.closed = False
-        self.reply_deferred = False  # this message's ask is answered by a later step
-        # (msg id of an earlier ask, answer)
-        self.late_replies: list[tuple[str, Any]] | tuple[()] = ()
-        self.next_effect = 0  # the index of the step's next effect (I5)
-        self.last_key: str | None = None  # the latest effect's idempotency key
-        # effect index -> why it must wait for a person (set by guards, e.g. a loop)
-        self.escalations: dict[int, str] | None = None
-        self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
-        # Set when the step must wait for a person: it is parked instead of committed.
-        self.suspended: str | None = None
-        self.park_effect: EffectRecord | None = None
-        self.park_approval: ApprovalRecord | None = None
-        self.park_notices: list[NewMessage] | tuple[()] = ()  # a new request's notices
-        self.park_until = PARKED
-
-    def add_event(self, row: JournalRow) -> None:
-        if isinstance(self.events, list):
-            self.events.append(row)
-        else:
-            self.events = [row]
-
-    def add_outbox(self, new: NewMessage) -> None:
-        if isinstance(self.outbox, list):
-            self.outbox.append(new)
-        else:
-            self.outbox = [new]
-
-    def add_late_reply(self, msg_id: str, value: Any) -> None:
-        if isinstance(self.late_replies, list):
-            self.late_replies.append((msg_id, value))
-        else:
-            self.late_replies = [(msg_id, value)]
-
-    def suspend(
-        self,
-        reason: str,
-        effect: EffectRecord | None = None,
-        *,
-        until: float = PARKED,
-        approval: ApprovalRecord | None = None,
-        notices: list[NewMessage] | tuple[()] = (),
-    ) -> None:
-        """Make this step wait: whatever the handler does next, it is parked, not committed."""
-        if self.suspended is None:
-            self.suspended = reason
-            self.park_effect = effect
-            self.park_approval = approval
-            self.park_notices = notices
-            self.park_until = until
-
-
-class Staged:
-    """Guard events applied to a guard's state and waiting to be submitted to its journal."""
-
-    __slots__ = ("cell", "events")
-
-    def __init__(self, cell: Cell, events: list[Event]) -> None:
-        self.cell = cell
-        self.events = events
-
-    def submit(self) -> asyncio.Future[Any]:
-        return self.cell.submit_staged(self)
 
 
 class Wake:
@@ -200,16 +100,50 @@ class Wake:
             self._waiter = None
 
 
-class Exit(Exception):
-    """Supervision decided this instance leaves memory (to be restarted by its supervisor)."""
+class CellHost(Kernel, Protocol):
+    """What a cell may touch of its runtime (``Runtime``, by its shape): the kernel, the
+    settings of delivery, the services a step reaches, and the hooks that tell the runtime
+    what became of a message or of the cell."""
 
+    @property
+    def approvals(self) -> Approvals: ...
+    @property
+    def guards(self) -> Guards: ...
+    @property
+    def supervision(self) -> Supervision: ...
+    @property
+    def claimed(self) -> set[str]: ...
+    # msg id -> attempt -> why it did not finish (its commit failed), for its error history
+    @property
+    def unfinished(self) -> dict[str, dict[int, str]]: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def snapshot_every(self) -> int: ...
+    @property
+    def passivate_after(self) -> float | None: ...
+    @property
+    def encode(self) -> Callable[[Any], bytes]: ...
 
-class SupervisorFailed(Exception):
-    """A supervisor gave up (intensity exceeded or an escalated failure): its parent decides."""
-
-
-class Deactivate(Exception):
-    """The cell lost its lease or its actor was stopped elsewhere: leave without committing."""
+    def encode_reply(self, spec: ActorSpec, value: Any) -> bytes: ...
+    def ref(self, actor_id: str) -> ActorRef: ...
+    async def watch(self, watcher: str, watched: str) -> None: ...
+    def route(self, new: NewMessage) -> None: ...
+    def wake_at(self, when: float) -> None: ...
+    def reply_failed(self, msg_id: str, actor_id: str, errors: list[str]) -> None: ...
+    def activation_failed(self, actor_id: str, exc: Exception) -> None: ...
+    def actor_stopped_itself(self, cell: Cell, reason: str) -> None: ...
+    def detach_if_idle(self, cell: Cell) -> bool: ...
+    def cell_exited(self, cell: Cell) -> None: ...
+    def step_committed(
+        self,
+        cell: Cell,
+        msg: StoredMessage,
+        reply: Any,
+        commit: StepCommit,
+        result: BatchResult,
+        step: Step,
+    ) -> None: ...
 
 
 class Cell:
@@ -217,7 +151,7 @@ class Cell:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: CellHost,
         spec: ActorSpec,
         actor_id: str,
         init: dict[str, Any],
@@ -1152,7 +1086,7 @@ _decoders: dict[type[Any], _Decoders] = {}
 
 
 async def fold(
-    runtime: Runtime, spec: ActorSpec, actor_id: str, instance: Actor[Any]
+    runtime: CellHost, spec: ActorSpec, actor_id: str, instance: Actor[Any]
 ) -> tuple[Any, int]:
     """The state of ``actor_id`` as its committed journal makes it (I3), folded with
     ``instance.apply`` from the latest snapshot, and the seq it is at. Reads only: a cell's
@@ -1173,7 +1107,7 @@ async def fold(
 
 
 async def _fold(
-    runtime: Runtime, spec: ActorSpec, actor_id: str, instance: Actor[Any]
+    runtime: CellHost, spec: ActorSpec, actor_id: str, instance: Actor[Any]
 ) -> tuple[Any, int]:
     store = runtime.store
     _, event_decoder, state_decoder = decoders(spec)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import anyio
 import msgspec
@@ -48,13 +48,33 @@ from tether.errors import (
     TransientToolError,
 )
 from tether.runtime import approvals, notices, tracing
+from tether.runtime.approval_desk import Approvals
+from tether.runtime.guards import Guards
 from tether.runtime.interrupts import CallInterrupted, Interruptible
+from tether.runtime.kernel import ActiveCell, Kernel, Staged
+from tether.runtime.step import Step
 from tether.store.records import ApprovalRecord, EffectRecord, EffectWrite, NewMessage
 
 if TYPE_CHECKING:
-    from tether.runtime.cell import Cell, Staged, Step
     from tether.runtime.guards import BreakerGuard, LoopWatch
     from tether.store.records import StoredMessage
+
+
+class EffectHost(Kernel, Protocol):
+    """What the effect path touches of the runtime: the kernel, and the two services a call
+    passes through (its guards, and the approvals desk of a held call)."""
+
+    @property
+    def approvals(self) -> Approvals: ...
+    @property
+    def guards(self) -> Guards: ...
+
+
+class EffectCell(ActiveCell, Protocol):
+    """The cell of the actor making a call, seen from its effect path."""
+
+    @property
+    def runtime(self) -> EffectHost: ...
 
 
 def result_hash(blob: bytes) -> str:
@@ -68,7 +88,7 @@ def effect_key(actor_id: str, msg_id: str, idx: int, tool: str, input_hash: str)
     return hashlib.sha256(raw).hexdigest()[:40]
 
 
-async def perform(cell: Cell, step: Step, tool: Tool, args: dict[str, Any]) -> Any:
+async def perform(cell: EffectCell, step: Step, tool: Tool, args: dict[str, Any]) -> Any:
     """Run one effect of ``step`` through the ledger and return its result."""
     if not isinstance(tool, Tool):
         raise ConfigError(
@@ -134,7 +154,7 @@ class _Effect:
 
     def __init__(
         self,
-        cell: Cell,
+        cell: EffectCell,
         step: Step,
         m: StoredMessage,
         tool: Tool,
@@ -306,7 +326,7 @@ class _Effect:
         if not record.notify:
             return []
         rt = self.cell.runtime
-        await notices.ensure_notifiers(rt, record.notify)
+        await notices.ensure_notifiers(rt.guards, record.notify)
         request = msgspec.to_builtins(approvals.view(record))
         return notices.notices(rt, record, notices.REQUESTED, request, record.created_at)
 

@@ -52,12 +52,14 @@ from tether.errors import (
 )
 from tether.runtime import tracing
 from tether.runtime.approval_desk import Approvals
-from tether.runtime.cell import Cell, Step, current_step, decoders, fold
+from tether.runtime.cell import Cell, decoders, fold
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
+from tether.runtime.kernel import ActiveCell
 from tether.runtime.quarantine import Quarantine
+from tether.runtime.step import Step, current_step
 from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
 from tether.store.hosts import process_start, runtime_gone, this_host
@@ -179,11 +181,11 @@ class Runtime:
         # msg id -> attempt -> why it did not finish (its commit failed), for its error history
         self.unfinished: dict[str, dict[int, str]] = {}
         self.dead_letters = DeadLetters(self)
-        self.supervision = Supervision(self)
         self.quarantine = Quarantine(self)
         self.approvals = Approvals(self)
         self.serving = serve
         self.guards = Guards(self)
+        self.supervision = Supervision(self, self.guards)
         self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
 
         self._encoder = msgspec.msgpack.Encoder()
@@ -864,6 +866,12 @@ class Runtime:
         for msg_id in cell.known:  # asks still waiting on a cell that left: poll the store
             if msg_id in self._asks:
                 self._scheduler_wake.set()
+
+    def abandon_cell(self, cell: ActiveCell) -> None:
+        """Forget ``cell``, which ignores its cancellation: the next activation takes a new
+        fencing token, so whatever it still tries to commit is rejected (I8)."""
+        if self.cells.get(cell.actor_id) is cell:
+            del self.cells[cell.actor_id]
 
     def detach_if_idle(self, cell: Cell) -> bool:
         """Remove an idle cell from the registry (passivation); False if work arrived."""
