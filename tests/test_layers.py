@@ -27,15 +27,16 @@ PACKAGE = Path(tether.__file__).parent
 #:
 #: * ``models`` (the provider SDKs) implement the actors' ``Model`` protocol: beside the
 #:   supervisor, under the runtime, which never imports them.
-#: * ``testing`` (the fakes, the store conformance suite) and ``bridges`` (brokers feeding a
-#:   runtime) use a ``Runtime``: above it, beside the public API.
+#: * ``testing`` (the fakes, the store conformance suite), ``bridges`` (brokers feeding a
+#:   runtime) and ``mcp`` (MCP servers' tools, whose connections the runtime supervises) use
+#:   the runtime: above it, beside the public API.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "deprecation", "otel"),
     ("telemetry", "app_dir"),
     ("actors", "store"),
     ("supervisor", "models"),
     ("runtime",),
-    ("tether", "testing", "bridges"),
+    ("tether", "testing", "bridges", "mcp"),
     ("render", "demo_agent"),
     ("console", "demo"),
     ("cli",),

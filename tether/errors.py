@@ -28,8 +28,12 @@
     │   ├── ToolInputError (ValueError)     the arguments do not fit the tool's schema; nothing ran
     │   ├── ToolFailed                      the tool raised; the error is recorded and replayed
     │   ├── TransientToolError              raised BY a tool: not carried out, safe to call again
+    │   │   └── McpNotConnected             an MCP request was not sent (tether.mcp)
     │   ├── ToolTimeout (TimeoutError)      raised BY a tool: timed out, maybe carried out
     │   ├── ProviderError                   a model provider's error that asking again will not fix
+    │   ├── McpToolError                    an MCP server answered that its tool failed
+    │   ├── McpConnectionLost (ConnectionError)  an MCP connection dropped after the request
+    │   │                                   was sent: maybe carried out (both in tether.mcp)
     │   ├── ToolUnavailable                 the tool's circuit breaker is open; retry after retry_at
     │   ├── LoopDetected                    the session repeats itself; the call was not made
     │   ├── EffectAborted                   a person aborted the quarantined effect

@@ -14,6 +14,7 @@ import pytest
 import tether
 from tests.chaos.harness import Children
 from tests.chaos.programs import LEASE_TTL, POLL, Counter, GetCount, Incremented
+from tether.testing import check_store_async
 
 pytestmark = pytest.mark.slow  # crash tests: real child processes, real signals
 
@@ -74,3 +75,7 @@ async def test_counter_survives_repeated_sigkill_with_exactly_once_effects(tmp_p
         assert await rt.store.pending("counter", time.time() + 60, 10) == []
         ref = await rt.spawn(Counter, "counter")
         assert await ref.ask(GetCount(), timeout=10) == TOTAL
+    # The store as `tether check` sees it: its head and its snapshots agree with its journal.
+    report = await check_store_async(db)
+    assert report.ok, f"seed={seed}: {report.summary()}"
+    assert report.counts["snapshots"] == 1

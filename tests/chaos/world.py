@@ -62,6 +62,7 @@ from tests.chaos import world_programs as wp
 from tests.chaos.harness import ROOT, Child, Children
 from tether.actors.actor import actor_spec
 from tether.actors.session import TaskEnded, TaskStarted, ToolResult, UserSaid
+from tether.testing import check_store
 from tether.testing.payments import PaymentsService, refunds
 
 READY_TIMEOUT = 30.0
@@ -173,6 +174,8 @@ class Figures(msgspec.Struct, kw_only=True):
     tasks_finished: int = 0
     tasks_stopped: int = 0
     tasks_unfinished: int = 0
+    # the store's own integrity (tether check): its violations, each one in ``problems``
+    store_violations: int = 0
     problems: list[str] = []
 
     MUST_BE_ZERO: typing.ClassVar[tuple[str, ...]] = (
@@ -191,6 +194,7 @@ class Figures(msgspec.Struct, kw_only=True):
         "approvals_lost",
         "approvals_pending",
         "tasks_unfinished",
+        "store_violations",
     )
 
     def failures(self) -> list[str]:
@@ -239,6 +243,7 @@ class Figures(msgspec.Struct, kw_only=True):
             ("sessions", str(self.sessions)),
             ("  tasks finished / stopped", f"{self.tasks_finished} / {self.tasks_stopped}"),
             ("  tasks unfinished (must be 0)", str(self.tasks_unfinished)),
+            ("tether check: store violations (must be 0)", str(self.store_violations)),
         ]
         width = max(len(k) for k, _ in rows)
         lines = [f"| {'figure'.ljust(width)} | value |", f"|{'-' * (width + 2)}|-------|"]
@@ -650,6 +655,11 @@ def check_world(workdir: Path, kills: list[Kill], killed_pids: set[int]) -> Figu
     for rid, rec in records.items():
         if rec.status != "pending" and rid not in decided:
             problems.append(f"approval {rid} is {rec.status}, decided by nobody we know")
+
+    # -- the store itself, as `tether check` sees it once every process is gone
+    report = check_store(cfg.db)
+    f.store_violations = len(report.violations)
+    problems.extend(f"tether check: {v.kind}: {v.message}" for v in report.violations)
     return f
 
 

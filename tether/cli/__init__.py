@@ -10,9 +10,10 @@ retries are stored; the runtimes serving the store pick them up. A missing store
 never a new empty store (the store is opened with ``create=False``).
 
 Exit codes: 0 done; 1 the operation failed (unknown id, closed request, invalid tool
-arguments, unreadable store); 2 the command line is wrong; 130 interrupted.
+arguments, unreadable store; ``check``: a violation found); 2 the command line is wrong; 130
+interrupted.
 
-One module per command group (``sessions``: actors, sessions, show, tree; ``approvals``;
+One module per command group (``sessions``: actors, sessions, show, tree; ``check``; ``approvals``;
 ``quarantine``; ``dead_letters``; ``audit``; ``migrate``; ``console``; ``demo``), each with a
 ``register(commands)`` that declares its commands on the parser; ``app`` lists the groups and
 runs the command line. What the commands show of a store is read and formatted by

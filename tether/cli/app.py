@@ -19,6 +19,7 @@ from tether import app_dir as app_dir_module
 from tether.cli import (
     approvals,
     audit,
+    check,
     console,
     dead_letters,
     demo,
@@ -43,7 +44,17 @@ from tether.store.open import open_store
 
 #: The command groups, in the order ``tether --help`` lists them. A new group is a module
 #: with ``register(commands)``, added here.
-COMMAND_GROUPS = (sessions, approvals, quarantine, dead_letters, audit, console, migrate, demo)
+COMMAND_GROUPS = (
+    sessions,
+    check,
+    approvals,
+    quarantine,
+    dead_letters,
+    audit,
+    console,
+    migrate,
+    demo,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,7 +36,7 @@ _TARGET_MAX = 200  # an unknown id is audited as given, cut to this
 class Identity(msgspec.Struct, frozen=True, kw_only=True):
     """Who makes a decision or a resolution, as the layer that authenticated them says.
 
-    Args:
+    Attributes:
         name: the person (or program) as authenticated.
         via: ``"console"``, ``"api"``, ``"cli"``, ``"policy"`` or ``"app"``.
         authenticated: False for a name the decider typed that nothing checked (the CLI's

@@ -263,12 +263,28 @@ class Guards:
             gate_id(actor.actor_id), Gate, {"session_id": actor.actor_id}, dynamic=False
         )
 
+    async def child(
+        self, actor_id: str, cls: type[Any], init: dict[str, Any], *, parent: str | None = None
+    ) -> ActiveCell | None:
+        """An actor that serves the effect path (``tether.mcp``'s server connections), started
+        on first use as a dynamic child of ``tether.guards``, or of ``parent``: a supervisor
+        that is itself such a child, started first. Its live cell here; None if another
+        runtime owns it, or it is not ready within a few seconds (ask again)."""
+        return await self._cell(actor_id, cls, init, parent=parent)
+
     async def _cell(
-        self, actor_id: str, cls: type[Any], init: dict[str, Any], *, dynamic: bool = True
+        self,
+        actor_id: str,
+        cls: type[Any],
+        init: dict[str, Any],
+        *,
+        dynamic: bool = True,
+        parent: str | None = None,
     ) -> ActiveCell | None:
         """The guard's live cell here, created and started on first use; None if another
-        runtime owns it. ``dynamic``: recorded as a dynamic child of ``tether.guards`` (the
-        breakers); otherwise a child by its record alone (a session's guards)."""
+        runtime owns it. ``dynamic``: recorded as a dynamic child of ``parent`` (by default
+        ``tether.guards``: the breakers); otherwise a child by its record alone (a session's
+        guards)."""
         rt = self._rt
         cell = rt.cells.get(actor_id)
         if cell is not None and cell.ready.is_set() and cell.instance is not None:
@@ -286,14 +302,14 @@ class Guards:
         entry[1] += 1
         try:
             async with entry[0]:
-                return await self._start(actor_id, cls, init, dynamic)
+                return await self._start(actor_id, cls, init, dynamic, parent or GUARDS_SUPERVISOR)
         finally:
             entry[1] -= 1
             if not entry[1]:
                 del self._locks[actor_id]
 
     async def _start(
-        self, actor_id: str, cls: type[Any], init: dict[str, Any], dynamic: bool
+        self, actor_id: str, cls: type[Any], init: dict[str, Any], dynamic: bool, parent: str
     ) -> ActiveCell | None:
         rt = self._rt
         rec = await rt.store.get_actor(actor_id)
@@ -305,7 +321,7 @@ class Guards:
             if dynamic:
                 # Another runtime may have created it first: then it is there to use.
                 with contextlib.suppress(AlreadyStarted):
-                    await rt.add_child(GUARDS_SUPERVISOR, ChildSpec(cls, actor_id, **init))
+                    await rt.add_child(parent, ChildSpec(cls, actor_id, **init))
             else:
                 await rt.spawn_child(cls, actor_id, GUARDS_SUPERVISOR, init)
         with anyio.move_on_after(5.0):

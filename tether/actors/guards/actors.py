@@ -25,7 +25,7 @@ number. The messages below are for people and tools (reset, inspect).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -154,6 +154,10 @@ class LoopGuard(Actor[LoopState]):
     """One session's loop detector: its recent calls and detections, journaled."""
 
     initial_state = LoopState()
+    #: Its state also holds the calls ``on_start`` rebuilds from the session's ledger (never
+    #: journaled here), so a snapshot is more than its journal's fold: ``tether check`` does
+    #: not compare the two.
+    state_outside_journal: ClassVar[bool] = True
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id

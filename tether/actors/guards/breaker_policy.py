@@ -32,7 +32,7 @@ class BreakerPolicy(msgspec.Struct, frozen=True, kw_only=True, metaclass=Renamed
     The policy is configuration, not journal: it is never stored, so it may hold exception
     classes and a callable. Change it with ``msgspec.structs.replace`` (which re-validates).
 
-    Args:
+    Attributes:
         failure_threshold: trip when this many failures are in the window (``None``: judge by
             rates only). With ``window="count"`` and ``window_size == failure_threshold`` this
             is "N consecutive failures" (pybreaker, purgatory).

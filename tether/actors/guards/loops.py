@@ -57,7 +57,7 @@ def canonical_hash(value: object) -> str:
 class LoopPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """Which patterns count as a loop and what each one answers. ``None`` disables a pattern.
 
-    Args:
+    Attributes:
         repeat: the same call this many times in a row (>= 2).
         cycle_period: the longest block a cycle may have (>= 2; blocks of 2..k calls).
         cycle_repeats: full repetitions of the block that make a cycle (>= 2).
@@ -65,7 +65,10 @@ class LoopPolicy(msgspec.Struct, frozen=True, kw_only=True):
         window_size: calls the ``window`` and ``no_progress`` rules look back over.
         no_progress: the same call returning the same result this many times in a row within
             the last ``window_size`` calls (>= 2).
-        on_repeat, on_cycle, on_window, on_no_progress: each pattern's response.
+        on_repeat: the response to ``repeat``.
+        on_cycle: the response to a cycle.
+        on_window: the response to ``window``.
+        on_no_progress: the response to ``no_progress``.
         max_feedback: feedback answers within the last ``history`` calls after which a
             ``feedback`` response turns into ``after_feedback`` (``None``: never).
         after_feedback: the response once the model ignored ``max_feedback`` feedbacks.

@@ -51,7 +51,7 @@ class WebhookSignatureError(TetherError):
 class Webhook(msgspec.Struct, frozen=True, kw_only=True):
     """Where an ``ApprovalPolicy`` posts its notices: each new request, and its outcome.
 
-    Args:
+    Attributes:
         url: an ``http://`` or ``https://`` URL.
         secret: the key both ends share (16 characters at least; 32 random bytes,
             e.g. ``secrets.token_urlsafe(32)``, is right). Never stored, never logged: the
