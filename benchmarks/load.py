@@ -227,7 +227,7 @@ def runtime_books(rt: tether.Runtime) -> dict[str, int]:
         "_known": len(rt._known),
         "guards._locks": len(rt.guards._locks),
         "claimed": len(rt.claimed),
-        "_asks": len(rt._asks),
+        "replies": len(rt.replies),
         "_activating": len(rt._activating),
         "_not_before": len(rt._not_before),
         "_failures": len(rt._failures),

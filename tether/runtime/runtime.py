@@ -28,7 +28,6 @@ from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, import
 from tether.actors.guards.gate import ApprovalPolicy
 from tether.actors.messages import (
     UNENCODABLE,
-    FallibleReply,
     Message,
     Terminated,
     nesting_problem,
@@ -44,11 +43,9 @@ from tether.errors import (
     ChildStartFailed,
     ConfigError,
     CorruptRecordError,
-    MessageDeadLettered,
     MessageRejected,
     RuntimeClosed,
     StoreError,
-    TetherError,
 )
 from tether.runtime import tracing
 from tether.runtime.approval_desk import Approvals
@@ -59,6 +56,7 @@ from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
 from tether.runtime.kernel import ActiveCell
 from tether.runtime.quarantine import Quarantine
+from tether.runtime.replies import Replies
 from tether.runtime.step import Step, current_step
 from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
@@ -193,15 +191,12 @@ class Runtime:
         self._ids = itertools.count(1)
         self._id_prefix = secrets.token_hex(8)  # 64 bits: msg ids key the effects ledger
         self._known: dict[str, tuple[ActorSpec, str]] = {}  # actor id -> (spec, status)
-        self._asks: dict[str, list[asyncio.Future[Any]]] = {}
-        self._ask_actor: dict[str, str] = {}
-        self._reply_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+        self.replies = Replies(store, self._spec_only)
         self._activating: dict[str, asyncio.Event] = {}  # in progress; set when done
         self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
         self._timers: list[float] = []
-        self._ask_deadlines = _Deadlines(AskTimeout)
         self._scheduler_wake = asyncio.Event()
         self._scan_cursor: MessageCursor | None = None  # the scheduler's: where its scan stopped
         self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
@@ -288,11 +283,7 @@ class Runtime:
                         await self.store.remove_runtime(self.runtime_id)
                 finally:
                     await self.store.close()
-        for futs in self._asks.values():
-            for fut in futs:
-                if not fut.done():
-                    fut.set_exception(RuntimeClosed("the runtime closed before the reply arrived"))
-        self._ask_deadlines.clear()
+        self.replies.close()
         telemetry.log.debug("runtime_closed", runtime_id=self.runtime_id)
 
     def _check_open(self) -> None:
@@ -396,6 +387,14 @@ class Runtime:
         await self._spec_of(actor_id)
         return ActorRef(self, actor_id)
 
+    async def _spec_only(self, actor_id: str) -> ActorSpec:
+        return (await self._spec_of(actor_id))[0]
+
+    async def _reply_poller(self) -> None:
+        while True:
+            await self.replies.poll()
+            await anyio.sleep(self.poll_interval)
+
     async def _spec_of(self, actor_id: str) -> tuple[ActorSpec, str]:
         known = self._known.get(actor_id)
         if known is not None:
@@ -437,7 +436,7 @@ class Runtime:
         deadline = loop.time() + timeout
         fut: asyncio.Future[Any] = loop.create_future()
         waiting_on = new.msg_id
-        self._wait_reply(waiting_on, actor_id, fut)
+        self.replies.wait(waiting_on, actor_id, fut)
         try:
             self._claim_on_insert(new)
             result = self.committer.apply_now(new)  # a store that never waits (MemoryStore)
@@ -454,16 +453,16 @@ class Runtime:
             original = result.duplicates.get(new.msg_id)  # else routed by _message_stored
             if original is not None:
                 # Asked before with this dedup key: wait for (or fetch) the first reply.
-                self._unwait_reply(waiting_on, fut)
+                self.replies.unwait(waiting_on, fut)
                 waiting_on = original
-                self._wait_reply(waiting_on, actor_id, fut)
+                self.replies.wait(waiting_on, actor_id, fut)
                 self._scheduler_wake.set()
             # A deadline fails the reply future: cheaper than a cancel scope around the wait.
-            self._ask_deadlines.add(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
+            self.replies.deadline(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
             return await fut
         finally:
-            if waiting_on in self._asks:  # else answered (_resolve removed it) or never waited
-                self._unwait_reply(waiting_on, fut)
+            if waiting_on in self.replies:  # else answered (resolve removed it) or never waited
+                self.replies.unwait(waiting_on, fut)
 
     async def stop(self, actor_id: str, reason: str) -> None:
         """Stop an actor for good: it finishes its current message; the rest go to dead letters."""
@@ -654,29 +653,6 @@ class Runtime:
 
     # -- replies ------------------------------------------------------------------------------
 
-    def _wait_reply(self, msg_id: str, actor_id: str, fut: asyncio.Future[Any]) -> None:
-        self._asks.setdefault(msg_id, []).append(fut)
-        self._ask_actor[msg_id] = actor_id
-
-    def _unwait_reply(self, msg_id: str, fut: asyncio.Future[Any]) -> None:
-        futs = self._asks.get(msg_id)
-        if futs is not None and fut in futs:
-            futs.remove(fut)
-            if not futs:
-                del self._asks[msg_id]
-                self._ask_actor.pop(msg_id, None)
-
-    def _resolve(self, msg_id: str, value: Any = None, error: BaseException | None = None) -> None:
-        if error is None and isinstance(value, FallibleReply):
-            error = value.failure()  # a reply that stands for a failure is raised
-        for fut in self._asks.pop(msg_id, ()):
-            if not fut.done():
-                if error is not None:
-                    fut.set_exception(error)
-                else:
-                    fut.set_result(value)
-        self._ask_actor.pop(msg_id, None)
-
     def encode_reply(self, spec: ActorSpec, value: Any) -> bytes:
         try:
             return self.encode(value)
@@ -687,70 +663,13 @@ class Runtime:
             ) from exc
 
     def reply_failed(self, msg_id: str, actor_id: str, errors: list[str]) -> None:
-        if msg_id in self._asks:
-            self._resolve(msg_id, error=MessageDeadLettered(actor_id, msg_id, errors))
+        self.replies.failed(msg_id, actor_id, errors)
 
     def stopped_for_good(self, actor_id: str, reason: str) -> None:
         """``actor_id``'s stop committed: the asks still waiting on it here are answered now,
-        not at their timeout nor at the next poll (see ``_answer_stopped``)."""
-        if actor_id in self._ask_actor.values():
-            self.start_soon(self._answer_stopped, actor_id, reason)
-
-    async def _answer_stopped(self, actor_id: str, reason: str) -> None:
-        """A message the stop moved to the dead letters answers with its stored error history
-        (``MessageDeadLettered``); one whose reply the actor deferred (``reply_later``: an agent
-        session's task) with ``ActorStopped``: no step of a stopped actor will answer it."""
-        waiting = [msg_id for msg_id, a in self._ask_actor.items() if a == actor_id]
-        await self._poll_replies(waiting)
-        for msg_id in waiting:
-            if msg_id in self._asks:
-                self._resolve(msg_id, error=ActorStopped(actor_id, reason))
-
-    async def _poll_replies(self, msg_ids: list[str] | None = None) -> None:
-        """Fetch stored replies for asks answered by another process (or before a dedup hit);
-        of ``msg_ids`` only, if given."""
-        if not self._asks:
-            return
-        for reply in await self.store.get_replies(list(self._asks) if msg_ids is None else msg_ids):
-            actor_id = self._ask_actor.get(reply.msg_id, "?")
-            if reply.ok:
-                try:
-                    spec, _ = await self._spec_of(actor_id)
-                    value = self._reply_decoder(spec).decode(reply.payload)
-                except msgspec.DecodeError as exc:
-                    # A reply that does not fit the handler's declared return type (or a
-                    # damaged row): the asker gets a TetherError naming it, not msgspec's.
-                    self._resolve(
-                        reply.msg_id,
-                        error=CorruptRecordError(
-                            f"the reply of {actor_id!r} to message {reply.msg_id} does not "
-                            f"decode as {spec.cls.__qualname__}.handle's return type: {exc}"
-                        ),
-                    )
-                    continue
-                except TetherError as exc:
-                    self._resolve(reply.msg_id, error=exc)
-                    continue
-                self._resolve(reply.msg_id, value)
-            else:
-                try:
-                    errors = msgspec.msgpack.decode(reply.payload, type=list[str])
-                except msgspec.DecodeError:
-                    errors = ["(the stored error history cannot be decoded)"]
-                self._resolve(
-                    reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
-                )
-
-    async def _reply_poller(self) -> None:
-        while True:
-            await self._poll_replies()
-            await anyio.sleep(self.poll_interval)
-
-    def _reply_decoder(self, spec: ActorSpec) -> msgspec.msgpack.Decoder[Any]:
-        dec = self._reply_decoders.get(spec.reply_type)
-        if dec is None:
-            dec = self._reply_decoders[spec.reply_type] = msgspec.msgpack.Decoder(spec.reply_type)
-        return dec
+        not at their timeout nor at the next poll (``Replies.answer_stopped``)."""
+        if self.replies.waits_on(actor_id):
+            self.start_soon(self.replies.answer_stopped, actor_id, reason)
 
     # -- what cells report --------------------------------------------------------------------
 
@@ -764,11 +683,11 @@ class Runtime:
         step: Step,
     ) -> None:
         self._failures.pop(cell.actor_id, None)
-        if msg.wants_reply and msg.msg_id in self._asks and not step.reply_deferred:
-            self._resolve(msg.msg_id, reply)
+        if msg.wants_reply and msg.msg_id in self.replies and not step.reply_deferred:
+            self.replies.resolve(msg.msg_id, reply)
         for msg_id, value in step.late_replies:
-            if msg_id in self._asks:
-                self._resolve(msg_id, value)
+            if msg_id in self.replies:
+                self.replies.resolve(msg_id, value)
         for new in commit.outbox:
             if new.msg_id not in result.duplicates:
                 self.route(new)
@@ -864,7 +783,7 @@ class Runtime:
         if children is not None and self.supervision.failures:
             self.supervision.supervisor_left(cell.actor_id, {e.child_id for e in children()})
         for msg_id in cell.known:  # asks still waiting on a cell that left: poll the store
-            if msg_id in self._asks:
+            if msg_id in self.replies:
                 self._scheduler_wake.set()
 
     def abandon_cell(self, cell: ActiveCell) -> None:
@@ -1072,7 +991,7 @@ class Runtime:
             # error above, this loop starts again from the same place and loses nothing.
             self._scan_cursor = page.cursor
             last_due = self._last_due = now
-            await self._poll_replies()
+            await self.replies.poll()
             if page.more:
                 continue
             wait = self.poll_interval
@@ -1300,73 +1219,6 @@ def _due_now(new: NewMessage, clock: Callable[[], float]) -> bool:
     """Whether ``new`` may be delivered now. One sent without a delay is due at once whatever
     the clock says (as every store reads it, see ``Store.pending``): no clock read for it."""
     return new.deliver_at == new.created_at or new.deliver_at <= clock()
-
-
-class _Deadlines:
-    """Fails futures still waiting at their deadlines (with ``error(*args)``), on one loop timer.
-
-    A ``loop.call_at`` per ask, its cancel and the loop's clean-up of cancelled timers cost
-    more than the rest of an in-memory ask; here an ask costs a push on a heap of tuples.
-    Futures that finished stay in the heap until their deadline passes, or until the heap is
-    compacted (when most of it has finished), so it never holds many more entries than there
-    are waiting futures. The timer fires at the earliest deadline in the heap, as a timer per
-    future would.
-    """
-
-    def __init__(self, error: type[BaseException]) -> None:
-        self._error = error
-        self._heap: list[tuple[float, int, asyncio.Future[Any], tuple[Any, ...]]] = []
-        self._order = itertools.count()  # ties on the deadline never compare futures
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # where the futures and timer are
-        self._armed_for = float("inf")
-        self._compact_at = 64
-
-    def add(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        deadline: float,
-        fut: asyncio.Future[Any],
-        args: tuple[Any, ...],
-    ) -> None:
-        if loop is not self._loop:  # the first ask, or a runtime opened again on a new loop
-            self.clear()
-            self._loop = loop
-        heap = self._heap
-        heapq.heappush(heap, (deadline, next(self._order), fut, args))
-        if len(heap) >= self._compact_at:
-            self._compact()
-        if deadline < self._armed_for:
-            self._arm(loop, deadline)
-
-    def clear(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer, self._armed_for = None, float("inf")
-        self._heap.clear()
-
-    def _compact(self) -> None:
-        """Drop the entries of finished futures; O(n) once per n/2 pushes or more."""
-        live = [e for e in self._heap if not e[2].done()]
-        heapq.heapify(live)
-        self._heap = live
-        self._compact_at = max(64, 2 * len(live))
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(deadline, self._fire, loop)
-        self._armed_for = deadline
-
-    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer, self._armed_for = None, float("inf")
-        heap, now = self._heap, loop.time()
-        while heap and heap[0][0] <= now:
-            _, _, fut, args = heapq.heappop(heap)
-            if not fut.done():
-                fut.set_exception(self._error(*args))
-        if heap:
-            self._arm(loop, heap[0][0])
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
