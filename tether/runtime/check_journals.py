@@ -18,8 +18,8 @@ import msgspec
 
 from tether.actors.actor import actor_spec, import_class
 from tether.errors import CorruptRecordError
-from tether.runtime.cell import decoders
 from tether.runtime.check_report import CheckReport
+from tether.runtime.journal import decoders
 from tether.runtime.runtime import Runtime, _decode_init
 from tether.store.records import ActorRecord, JournalRow, Snapshot
 

@@ -49,11 +49,12 @@ from tether.errors import (
 )
 from tether.runtime import tracing
 from tether.runtime.approval_desk import Approvals
-from tether.runtime.cell import Cell, decoders, fold
+from tether.runtime.cell import Cell
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
+from tether.runtime.journal import decoders, fold
 from tether.runtime.kernel import ActiveCell
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.replies import Replies
@@ -1174,7 +1175,7 @@ class Runtime:
         to, to describe itself (it never handles a message)."""
         spec = actor_spec(cls)
         instance = cls(**_decode_init(spec, rec.init))
-        state, _ = await fold(self, spec, rec.actor_id, instance)
+        state, _ = await fold(self.store, self.encode, spec, rec.actor_id, instance)
         instance._tether_cell = _Folded(rec.actor_id, state, self)
         return instance
 
