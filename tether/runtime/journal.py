@@ -9,7 +9,8 @@ actor it does not run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -46,74 +47,73 @@ async def fold(
     fold would be a state the actor never had. That, and a store read that fails because the
     file is damaged, is a ``CorruptRecordError`` naming the actor: it goes unserved, and the
     others go on."""
+    with _named(actor_id):
+        _, event_decoder, state_decoder = decoders(spec)
+        snap = await store.load_snapshot(actor_id)
+        # Read after the snapshot and before the journal: a head read concurrently with a live
+        # owner's commits (an administration process) is then never behind the snapshot, and the
+        # journal read after it holds at least every event up to it.
+        rec = await store.get_actor(actor_id)
+        head = rec.head_seq if rec is not None else 0
+        if snap is not None:
+            if snap.seq > head:
+                raise CorruptRecordError(
+                    f"snapshot of {actor_id!r} is at seq {snap.seq}, past its last committed "
+                    f"event (head_seq {head}): the journal or the actor's row is damaged"
+                )
+            try:
+                state = state_decoder.decode(snap.state)
+            except msgspec.DecodeError as exc:
+                raise CorruptRecordError(
+                    f"snapshot of {actor_id!r} at seq {snap.seq} cannot be decoded: {exc}"
+                ) from exc
+            seq = snap.seq
+        else:
+            state = state_decoder.decode(encode(spec.cls.initial_state))
+            seq = 0
+        apply = instance.apply
+        decode = event_decoder.decode if event_decoder is not None else None
+        while True:
+            rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
+            if rows and decode is None:
+                raise CorruptRecordError(
+                    f"{actor_id!r} has journal events but its class folds none"
+                )
+            # One comparison of two lists: cheap next to the fold, and exact (a damaged b-tree
+            # can return rows out of order, or twice, as well as too few).
+            if rows and [r.seq for r in rows] != list(range(seq + 1, seq + 1 + len(rows))):
+                raise CorruptRecordError(_gap(actor_id, seq, rows, head))
+            try:  # one try around the hot loop, not one per event
+                for row in rows:
+                    state = apply(state, decode(row.payload))  # type: ignore[misc]
+            except msgspec.DecodeError as exc:
+                try:
+                    decode(row.payload)  # type: ignore[misc]
+                except msgspec.DecodeError:
+                    raise CorruptRecordError(
+                        f"journal of {actor_id!r} at seq {row.seq} cannot be decoded: {exc}"
+                    ) from exc
+                raise  # from the actor's own apply: not a corrupt row
+            if rows:
+                seq = rows[-1].seq
+            if len(rows) < _JOURNAL_CHUNK:
+                if seq < head:
+                    raise CorruptRecordError(
+                        f"journal of {actor_id!r} ends at seq {seq}, but its last committed event "
+                        f"is seq {head}: events {seq + 1}..{head} are missing (damaged store)"
+                    )
+                return state, seq
+
+
+@contextlib.contextmanager
+def _named(actor_id: str) -> Iterator[None]:
+    """A ``CorruptRecordError`` raised inside names the actor whose journal it is."""
     try:
-        return await _fold(store, encode, spec, actor_id, instance)
+        yield
     except CorruptRecordError as exc:
         if repr(actor_id) in str(exc):
             raise
         raise CorruptRecordError(f"the journal of {actor_id!r} cannot be read: {exc}") from exc
-
-
-async def _fold(
-    store: Store,
-    encode: Callable[[Any], bytes],
-    spec: ActorSpec,
-    actor_id: str,
-    instance: Actor[Any],
-) -> tuple[Any, int]:
-    _, event_decoder, state_decoder = decoders(spec)
-    snap = await store.load_snapshot(actor_id)
-    # Read after the snapshot and before the journal: a head read concurrently with a live
-    # owner's commits (an administration process) is then never behind the snapshot, and the
-    # journal read after it holds at least every event up to it.
-    rec = await store.get_actor(actor_id)
-    head = rec.head_seq if rec is not None else 0
-    if snap is not None:
-        if snap.seq > head:
-            raise CorruptRecordError(
-                f"snapshot of {actor_id!r} is at seq {snap.seq}, past its last committed "
-                f"event (head_seq {head}): the journal or the actor's row is damaged"
-            )
-        try:
-            state = state_decoder.decode(snap.state)
-        except msgspec.DecodeError as exc:
-            raise CorruptRecordError(
-                f"snapshot of {actor_id!r} at seq {snap.seq} cannot be decoded: {exc}"
-            ) from exc
-        seq = snap.seq
-    else:
-        state = state_decoder.decode(encode(spec.cls.initial_state))
-        seq = 0
-    apply = instance.apply
-    decode = event_decoder.decode if event_decoder is not None else None
-    while True:
-        rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
-        if rows and decode is None:
-            raise CorruptRecordError(f"{actor_id!r} has journal events but its class folds none")
-        # One comparison of two lists: cheap next to the fold, and exact (a damaged b-tree
-        # can return rows out of order, or twice, as well as too few).
-        if rows and [r.seq for r in rows] != list(range(seq + 1, seq + 1 + len(rows))):
-            raise CorruptRecordError(_gap(actor_id, seq, rows, head))
-        try:  # one try around the hot loop, not one per event
-            for row in rows:
-                state = apply(state, decode(row.payload))  # type: ignore[misc]
-        except msgspec.DecodeError as exc:
-            try:
-                decode(row.payload)  # type: ignore[misc]
-            except msgspec.DecodeError:
-                raise CorruptRecordError(
-                    f"journal of {actor_id!r} at seq {row.seq} cannot be decoded: {exc}"
-                ) from exc
-            raise  # from the actor's own apply: not a corrupt row
-        if rows:
-            seq = rows[-1].seq
-        if len(rows) < _JOURNAL_CHUNK:
-            if seq < head:
-                raise CorruptRecordError(
-                    f"journal of {actor_id!r} ends at seq {seq}, but its last committed event "
-                    f"is seq {head}: events {seq + 1}..{head} are missing (damaged store)"
-                )
-            return state, seq
 
 
 def _gap(actor_id: str, seq: int, rows: Sequence[JournalRow], head: int) -> str:
