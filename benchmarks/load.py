@@ -231,7 +231,7 @@ def runtime_books(rt: tether.Runtime) -> dict[str, int]:
         "_activating": len(rt._activating),
         "_not_before": len(rt._not_before),
         "_failures": len(rt._failures),
-        "_timers": len(rt._timers),
+        "_timers": len(rt.scheduler),
         "supervision.held": len(sup.held),
         "supervision.failures": len(sup.failures),
         "supervision.root_restarts": len(sup.root_restarts),

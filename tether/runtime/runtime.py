@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import heapq
 import itertools
 import math
 import os
@@ -58,10 +57,11 @@ from tether.runtime.journal import decoders, fold
 from tether.runtime.kernel import ActiveCell
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.replies import Replies
+from tether.runtime.scheduler import Scheduler
 from tether.runtime.step import Step, current_step
 from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode
-from tether.store.hosts import process_start, runtime_gone, this_host
+from tether.store.hosts import process_start, this_host
 from tether.store.integrity import SelfChecking
 from tether.store.open import open_store
 from tether.store.protocol import Store
@@ -70,7 +70,6 @@ from tether.store.records import (
     BatchResult,
     LeaseAcquire,
     LeaseRelease,
-    MessageCursor,
     NewMessage,
     Spawn,
     StepCommit,
@@ -197,10 +196,7 @@ class Runtime:
         self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
-        self._timers: list[float] = []
-        self._scheduler_wake = asyncio.Event()
-        self._scan_cursor: MessageCursor | None = None  # the scheduler's: where its scan stopped
-        self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
+        self.scheduler = Scheduler(self, own_prefix=f"{self._id_prefix}-")
         self._tg: anyio.abc.TaskGroup | None = None
         # Tasks asked for where none can be started (a loop callback): started by _starter.
         self._pending_starts: collections.deque[
@@ -227,7 +223,7 @@ class Runtime:
                 await self.store.register_runtime(
                     self.runtime_id, self.host, os.getpid(), process_start(os.getpid()) or now
                 )
-                await self._reap_dead_runtimes()
+                await self.scheduler.reap_dead_runtimes()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
         except BaseException:
@@ -239,9 +235,9 @@ class Runtime:
         if not self.serving:  # asks from an admin process are answered by the serving ones
             self._tg.start_soon(self._keep_running, "reply_poll", self._reply_poller)
         if self.serving:
-            self._tg.start_soon(self._keep_running, "scheduler", self._scheduler)
-            self._tg.start_soon(self._keep_running, "lease_renewal", self._renew_leases)
-            self._tg.start_soon(self._keep_running, "retention_purge", self._purge)
+            self._tg.start_soon(self._keep_running, "scheduler", self.scheduler.scan)
+            self._tg.start_soon(self._keep_running, "lease_renewal", self.scheduler.renew_leases)
+            self._tg.start_soon(self._keep_running, "retention_purge", self.scheduler.purge)
         telemetry.log.debug(
             "runtime_opened",
             runtime_id=self.runtime_id,
@@ -391,11 +387,6 @@ class Runtime:
     async def _spec_only(self, actor_id: str) -> ActorSpec:
         return (await self._spec_of(actor_id))[0]
 
-    async def _reply_poller(self) -> None:
-        while True:
-            await self.replies.poll()
-            await anyio.sleep(self.poll_interval)
-
     async def _spec_of(self, actor_id: str) -> tuple[ActorSpec, str]:
         known = self._known.get(actor_id)
         if known is not None:
@@ -457,7 +448,7 @@ class Runtime:
                 self.replies.unwait(waiting_on, fut)
                 waiting_on = original
                 self.replies.wait(waiting_on, actor_id, fut)
-                self._scheduler_wake.set()
+                self.scheduler.wake()
             # A deadline fails the reply future: cheaper than a cancel scope around the wait.
             self.replies.deadline(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
             return await fut
@@ -631,8 +622,7 @@ class Runtime:
         """After ``new`` committed (on its own, or with the write of a step or of a dead
         letter): hand it to its cell here, or wake whoever must run it."""
         if not _due_now(new, self.clock):
-            heapq.heappush(self._timers, new.deliver_at)
-            self._scheduler_wake.set()
+            self.scheduler.wake_at(new.deliver_at)
             return
         cell = self.cells.get(new.actor_id)
         if cell is not None:
@@ -650,7 +640,7 @@ class Runtime:
                 )
             )
         else:
-            self._activate_soon(new.actor_id)
+            self.activate_soon(new.actor_id)
 
     # -- replies ------------------------------------------------------------------------------
 
@@ -727,8 +717,7 @@ class Runtime:
 
     def wake_at(self, when: float) -> None:
         """Make the scheduler look at the mailboxes again at ``when`` (a parked step's deadline)."""
-        heapq.heappush(self._timers, when)
-        self._scheduler_wake.set()
+        self.scheduler.wake_at(when)
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the runtime's task group (it ends with the runtime), whether
@@ -772,7 +761,7 @@ class Runtime:
     async def _activate_later(self, actor_id: str, delay: float) -> None:
         await self.time.sleep(delay)
         if actor_id not in self.cells:
-            self._activate_soon(actor_id)
+            self.activate_soon(actor_id)
 
     def cell_exited(self, cell: Cell) -> None:
         if self.cells.get(cell.actor_id) is cell:
@@ -785,7 +774,7 @@ class Runtime:
             self.supervision.supervisor_left(cell.actor_id, {e.child_id for e in children()})
         for msg_id in cell.known:  # asks still waiting on a cell that left: poll the store
             if msg_id in self.replies:
-                self._scheduler_wake.set()
+                self.scheduler.wake()
 
     def abandon_cell(self, cell: ActiveCell) -> None:
         """Forget ``cell``, which ignores its cancellation: the next activation takes a new
@@ -814,9 +803,9 @@ class Runtime:
             cell.wake.set()
         else:
             self._not_before.pop(actor_id, None)
-            self._activate_soon(actor_id)
+            self.activate_soon(actor_id)
 
-    def _activate_soon(self, actor_id: str) -> None:
+    def activate_soon(self, actor_id: str) -> None:
         if (
             self.serving
             and self._tg is not None
@@ -941,108 +930,10 @@ class Runtime:
                 telemetry.log.error("background_task_failed", task=name, error=repr(exc))
                 await anyio.sleep(min(5.0, self.poll_interval * 10))
 
-    async def _scheduler(self) -> None:
-        """Find work this process must do: messages from other processes, delayed messages
-        that came due, actors whose owner died, and replies to asks answered elsewhere."""
-        # Kept across a restart of this loop after a store error, so that a delayed message
-        # that came due while it was down is still found.
-        if self._last_due is None:
-            self._last_due = self.clock()
-        last_due = self._last_due
-        next_orphan_scan = 0.0
-        await self._resume_resident_trees()
+    async def _reply_poller(self) -> None:
         while True:
-            now = self.clock()
-            touched: dict[str, None] = {}
-            # Our own sends are left out: each one was routed (to its cell, or to activation)
-            # right after its commit, by _message_stored or step_committed. A message that came
-            # back through the store (unparked, or a dead letter retried, from any process)
-            # was not, even if we sent it first: the store returns those. The cursor is the
-            # store's (Store.scan_messages): handed back as it came, never looked into.
-            page = await self.store.scan_messages(
-                self._scan_cursor, now, 5000, skip_prefix=f"{self._id_prefix}-"
-            )
-            for found in page.messages:
-                cell = self.cells.get(found.actor_id)
-                if cell is None:
-                    touched[found.actor_id] = None
-                elif found.msg_id not in cell.known:
-                    cell.rescan_requested = True
-                    cell.wake.set()
-                    if cell.interrupting and cell.current is not None:  # a CancelTask?
-                        self.start_soon(cell.look_for_interrupts)
-            for actor_id in await self.store.due_between(last_due, now):
-                cell = self.cells.get(actor_id)
-                if cell is None:
-                    touched[actor_id] = None
-                else:
-                    cell.rescan_requested = True
-                    cell.wake.set()
-            while self._timers and self._timers[0] <= now:
-                heapq.heappop(self._timers)
-            if now >= next_orphan_scan:
-                await self.approvals.offer_pending()
-                await self._reap_dead_runtimes()
-                for actor_id in await self.store.orphaned(now, 1000):
-                    touched[actor_id] = None
-                next_orphan_scan = now + min(self.lease_ttl / 2, 5.0)
-            for actor_id in touched:
-                self._activate_soon(actor_id)
-            # Moved on only now that every actor the scans found is on its way: after a store
-            # error above, this loop starts again from the same place and loses nothing.
-            self._scan_cursor = page.cursor
-            last_due = self._last_due = now
             await self.replies.poll()
-            if page.more:
-                continue
-            wait = self.poll_interval
-            if self._timers:
-                wait = max(0.0, min(wait, self._timers[0] - self.clock()))
-            self._scheduler_wake.clear()
-            with anyio.move_on_after(wait):
-                await self._scheduler_wake.wait()
-
-    async def _resume_resident_trees(self) -> None:
-        """Bring back every top-level actor that never passivates (supervisors): the trees
-        come back by themselves when a runtime opens on an existing store."""
-        for rec in await self.store.list_actors(on_corrupt=self.report_corrupt_actor):
-            if rec.parent_id is not None or rec.status != "active":
-                continue
-            try:
-                cls = import_class(rec.class_path)
-            except ConfigError as exc:
-                telemetry.log.error("cannot_resume_actor", actor_id=rec.actor_id, error=str(exc))
-                continue
-            if not getattr(cls, "passivates", True):
-                self._activate_soon(rec.actor_id)
-
-    async def _renew_leases(self) -> None:
-        while True:
-            await anyio.sleep(self.lease_ttl / 3)
-            await self.store.renew_leases(self.runtime_id, self.lease_ttl)
-
-    async def _purge(self) -> None:
-        while True:
-            now = self.clock()
-            removed = await self.store.purge(now - self.retention)
-            removed += await self.store.purge_receipts(now - self.receipt_retention)
-            if removed:
-                telemetry.log.info("retention_purge", rows=removed)
-            await anyio.sleep(min(3600.0, self.retention / 4, self.receipt_retention / 4))
-
-    async def _reap_dead_runtimes(self) -> None:
-        """Runtimes of this very host (pid namespace, boot: ``tether.store.hosts``) whose
-        process is gone give up their leases at once. A runtime of any other host is never
-        judged here: its leases expire on the store's clock."""
-        runtimes = await self.store.list_runtimes(
-            on_corrupt=lambda key, exc: telemetry.report_corrupt(
-                "runtime_record_corrupt", key, exc, runtime_id=key
-            )
-        )
-        for r in runtimes:
-            if r.runtime_id != self.runtime_id and runtime_gone(r.host, r.pid, r.started_at):
-                telemetry.log.info("dead_runtime_reaped", runtime_id=r.runtime_id, pid=r.pid)
-                await self.store.remove_runtime(r.runtime_id)
+            await anyio.sleep(self.poll_interval)
 
     # -- supervision and death watch ----------------------------------------------------------
 
