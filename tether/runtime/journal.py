@@ -15,11 +15,14 @@ from typing import Any
 
 import msgspec
 
-from tether.actors.actor import Actor, ActorSpec
+from tether.actors.actor import Actor, ActorSpec, actor_spec
 from tether.errors import CorruptRecordError
+from tether.runtime.kernel import Kernel
+from tether.runtime.spawn_args import decode_init
 from tether.store.protocol import Store
-from tether.store.records import JournalRow
+from tether.store.records import ActorRecord, JournalRow
 
+_encode = msgspec.msgpack.Encoder().encode
 _JOURNAL_CHUNK = 20_000  # rows per journal read: few thread hops, bounded memory
 
 _Decoders = tuple[
@@ -147,3 +150,26 @@ def _union(types: tuple[type[Any], ...]) -> Any:
     import typing
 
     return typing.Union[types]  # noqa: UP007 - built at run time from a tuple
+
+
+async def folded(runtime: Kernel, rec: ActorRecord, cls: type[Any]) -> Any:
+    """An instance of ``rec``'s actor that reads the state its committed journal folds
+    to, to describe itself (it never handles a message): ``rt.tree()``'s detail of an actor
+    not active here, ``rt.session_info``."""
+    spec = actor_spec(cls)
+    instance = cls(**decode_init(spec, rec.init))
+    state, _ = await fold(runtime.store, _encode, spec, rec.actor_id, instance)
+    instance._tether_cell = _Folded(rec.actor_id, state, runtime)
+    return instance
+
+
+class _Folded:
+    """What an actor instance built only to describe itself reads through its cell: its id,
+    its state, and the runtime (for its clock)."""
+
+    __slots__ = ("actor_id", "runtime", "state")
+
+    def __init__(self, actor_id: str, state: Any, runtime: Kernel) -> None:
+        self.actor_id = actor_id
+        self.state = state
+        self.runtime = runtime

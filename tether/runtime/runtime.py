@@ -32,7 +32,6 @@ from tether.actors.messages import (
     nesting_problem,
 )
 from tether.actors.ref import ActorRef
-from tether.actors.status import actor_status
 from tether.errors import (
     ActorIdTaken,
     ActorNotFound,
@@ -53,14 +52,15 @@ from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
-from tether.runtime.journal import decoders, fold
+from tether.runtime.journal import decoders, folded
 from tether.runtime.kernel import ActiveCell
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.replies import Replies
 from tether.runtime.scheduler import Scheduler
+from tether.runtime.spawn_args import decode_init
 from tether.runtime.step import Step, current_step
 from tether.runtime.supervision import Supervision
-from tether.runtime.tree import TreeNode
+from tether.runtime.tree import TreeNode, supervision_tree
 from tether.store.hosts import process_start, this_host
 from tether.store.integrity import SelfChecking
 from tether.store.open import open_store
@@ -357,7 +357,7 @@ class Runtime:
     def _encode_init(self, spec: ActorSpec, actor_id: str, init: dict[str, Any]) -> bytes:
         """Spawn arguments as stored; checked now against what recovery will decode."""
         encoded = check_init(spec.cls, init, f"cannot spawn {actor_id!r}")
-        decoded = _decode_init(spec, encoded)
+        decoded = decode_init(spec, encoded)
         # Construct it once, as recovery will: a constructor that refuses these arguments (an
         # agent session with an empty goal or no model) is refused now, before anything is
         # stored. Otherwise the actor was stored, spawn returned, and every activation failed.
@@ -908,7 +908,7 @@ class Runtime:
                 await self.committer.submit(LeaseRelease(actor_id, fence))
                 return None
             self._known.setdefault(actor_id, (spec, "active"))
-            cell = Cell(self, spec, actor_id, _decode_init(spec, rec.init), fence, rec.parent_id)
+            cell = Cell(self, spec, actor_id, decode_init(spec, rec.init), fence, rec.parent_id)
             self.cells[actor_id] = cell
             self.start_soon(cell.run)
             telemetry.activations.add(1)
@@ -1014,61 +1014,7 @@ class Runtime:
 
         An actor whose row is damaged is left out (its children become roots) and reported as
         ``on_corrupt(actor_id, error)``; without ``on_corrupt``, logged once."""
-        records = await self.store.list_actors(on_corrupt=on_corrupt or self.report_corrupt_actor)
-        children: dict[str | None, list[ActorRecord]] = {}
-        for rec in records:
-            children.setdefault(rec.parent_id, []).append(rec)
-        ids = {r.actor_id for r in records}
-        offline = {
-            rec.actor_id: text
-            for rec in records
-            if rec.actor_id not in self.cells and rec.status == "active"
-            if (text := await self._offline_summary(rec)) is not None
-        }
-
-        def node(rec: ActorRecord) -> TreeNode:
-            status = actor_status(rec.status, self.supervision.held.get(rec.actor_id))
-            count, last = self.supervision.counts(rec.actor_id, rec.parent_id)
-            cell = self.cells.get(rec.actor_id)
-            summary = getattr(cell.instance, "summary", None) if cell is not None else None
-            return TreeNode(
-                id=rec.actor_id,
-                actor_class=rec.class_path,
-                status=status,
-                active=cell is not None,
-                restart_count=count,
-                last_failure=last,
-                children=[node(c) for c in children.get(rec.actor_id, [])],
-                detail=summary() if callable(summary) else offline.get(rec.actor_id),
-            )
-
-        return [node(r) for r in records if r.parent_id is None or r.parent_id not in ids]
-
-    async def _offline_summary(self, rec: ActorRecord) -> str | None:
-        """What an actor that is not active here says of its state (a guard: a breaker open
-        until when, and why), from its committed journal: ``rt.tree()`` in an administration
-        process shows it too. None for a class without ``summary()``, not importable here, or
-        whose ``on_start`` builds state the journal does not hold (a loop guard rebuilds its
-        recent calls from the ledger): its summary would describe a state it never has."""
-        try:
-            cls = import_class(rec.class_path)
-        except ConfigError:
-            return None
-        if not callable(getattr(cls, "summary", None)) or cls.on_start is not Actor.on_start:
-            return None
-        try:
-            return str((await self._folded(rec, cls)).summary())
-        except Exception as exc:  # noqa: BLE001 - a view of one actor; the tree goes on
-            return f"state unreadable: {exc}"
-
-    async def _folded(self, rec: ActorRecord, cls: type[Any]) -> Any:
-        """An instance of ``rec``'s actor that reads the state its committed journal folds
-        to, to describe itself (it never handles a message)."""
-        spec = actor_spec(cls)
-        instance = cls(**_decode_init(spec, rec.init))
-        state, _ = await fold(self.store, self.encode, spec, rec.actor_id, instance)
-        instance._tether_cell = _Folded(rec.actor_id, state, self)
-        return instance
+        return await supervision_tree(self, on_corrupt or self.report_corrupt_actor)
 
     async def session_info(self, session_id: str) -> SessionInfo:
         """The status, task, belief and frontier of the agent session ``session_id``, from its
@@ -1083,7 +1029,7 @@ class Runtime:
         cls = import_class(rec.class_path)
         if not getattr(cls, "is_session", False):
             raise ConfigError(f"{session_id!r} is a {rec.class_path}, not an agent session")
-        info: SessionInfo = (await self._folded(rec, cls)).info()
+        info: SessionInfo = (await folded(self, rec, cls)).info()
         return info
 
     def stats(self) -> dict[str, int]:
@@ -1126,48 +1072,3 @@ def _check_id(actor_id: Any) -> None:
         raise ConfigError(
             f"actor id must be a non-empty string of at most {_MAX_ID_LEN} characters, not {actor_id!r}"
         )
-
-
-def _decode_init(spec: ActorSpec, init: bytes) -> dict[str, Any]:
-    """Decode stored spawn arguments, converted to the types the constructor annotates."""
-    try:
-        raw = msgspec.msgpack.decode(init)
-    except msgspec.DecodeError as exc:
-        raise ConfigError(
-            f"stored spawn arguments of {spec.class_path} cannot be decoded: {exc}"
-        ) from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"stored spawn arguments of {spec.class_path} are not a mapping")
-    hints = _init_hints(spec.cls)
-    try:
-        return {k: msgspec.convert(v, hints[k]) if k in hints else v for k, v in raw.items()}
-    except msgspec.ValidationError as exc:
-        raise ConfigError(
-            f"spawn arguments of {spec.class_path} do not match its constructor: {exc}"
-        ) from exc
-
-
-def _init_hints(cls: type[Any]) -> dict[str, Any]:
-    import typing
-
-    init = cls.__init__
-    if init is object.__init__:
-        return {}
-    try:
-        hints = typing.get_type_hints(init)
-    except (NameError, TypeError):
-        return {}
-    hints.pop("return", None)
-    return hints
-
-
-class _Folded:
-    """What an actor instance built only to describe itself reads through its cell: its id,
-    its state, and the runtime (for its clock)."""
-
-    __slots__ = ("actor_id", "runtime", "state")
-
-    def __init__(self, actor_id: str, state: Any, runtime: Runtime) -> None:
-        self.actor_id = actor_id
-        self.state = state
-        self.runtime = runtime
