@@ -3,9 +3,10 @@
 The same workloads run in one process, in interleaved rounds, two ways:
 
 * **instrumented**: as shipped — OpenTelemetry API calls (no SDK: no-op), the tracing check,
-  structlog context binding per message;
+  structlog context binding per message, the trace context each send looks up;
 * **bare**: the same code with every instrument replaced by a plain no-op function, tracing
-  reported off, and no context binding — the floor the instrumentation could reach.
+  reported off, no context binding and no trace context looked up for each send (the
+  ``traceparent`` each message carries) — the floor the instrumentation could reach.
 
 The ratio instrumented/bare of throughput is the cost (1.00 = none). Workloads: the in-memory
 ``ask`` round trip (the most sensitive: ~30 µs per message) and durable sends to 100 actors.
@@ -34,6 +35,7 @@ from run import Bench, Counter, GetCount, Scenario, fmt, rm_scratch, scratch_dir
 
 import tether
 from tether import telemetry
+from tether.runtime import tracing
 
 Sample = dict[str, tuple[int, float]]
 
@@ -71,17 +73,20 @@ def bare() -> Iterator[None]:
     saved = {name: getattr(telemetry, name) for name in _INSTRUMENTS}
     saved_check = telemetry.tracing_enabled
     saved_bind = structlog.contextvars.bind_contextvars
+    saved_outgoing = tracing.outgoing
     try:
         for name in _INSTRUMENTS:
             setattr(telemetry, name, _Null())
         telemetry.tracing_enabled = lambda: False
         structlog.contextvars.bind_contextvars = lambda **_: {}  # type: ignore[assignment]
+        tracing.outgoing = lambda *_: None  # no trace context looked up per send
         yield
     finally:
         for name, value in saved.items():
             setattr(telemetry, name, value)
         telemetry.tracing_enabled = saved_check
         structlog.contextvars.bind_contextvars = saved_bind
+        tracing.outgoing = saved_outgoing
 
 
 async def asks(n: int, key: str) -> Sample:

@@ -31,7 +31,7 @@ PACKAGE = Path(tether.__file__).parent
 #:   runtime) and ``mcp`` (MCP servers' tools, whose connections the runtime supervises) use
 #:   the runtime: above it, beside the public API.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "deprecation", "otel"),
+    ("errors", "deprecation", "otel", "logs"),
     ("telemetry", "app_dir"),
     ("actors", "store"),
     ("supervisor", "models"),

@@ -8,49 +8,17 @@ change. Spans are only started when the active tracer provider records them
 
 from __future__ import annotations
 
-import logging
-import sys
 from typing import Any
 
 import structlog
 from opentelemetry import trace
 
+from tether.logs import TetherLogger, iso_time
 from tether.otel import meter as meter
 from tether.otel import tracer as tracer
 from tether.otel import tracing_enabled as tracing_enabled
 
-
-class _TetherLogger:
-    """tether's structlog logger. An application that configures structlog gets every event
-    through its own configuration; one that does not gets warnings and errors on stderr,
-    so that a library never prints its info lines into someone's program unasked."""
-
-    __slots__ = ("_fallback",)
-
-    def __init__(self) -> None:
-        self._fallback: Any = None
-
-    def _target(self) -> Any:
-        if structlog.is_configured():
-            return structlog.get_logger("tether")
-        if self._fallback is None:
-            self._fallback = structlog.wrap_logger(
-                structlog.PrintLogger(sys.stderr),
-                wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                processors=[
-                    structlog.contextvars.merge_contextvars,
-                    structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
-                    structlog.dev.ConsoleRenderer(colors=False),
-                ],
-            )
-        return self._fallback
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target(), name)
-
-
-log: Any = _TetherLogger()
+log: Any = TetherLogger()  # structlog when the app configured it, else `logging` (logs.py)
 
 # Units are UCUM ("s", and "{message}"-style annotations for counts); attributes are named as
 # on the spans ("tether.tool", "tether.decision", ...), so a metric and a span can be joined.
@@ -129,22 +97,34 @@ def bind_msg_id(msg_id: str) -> None:
         _msg_id_var.set(msg_id)
 
 
-def guard_event(name: str, level: str = "warning", **fields: object) -> None:
-    """A guard's state change (a breaker trip, a loop detection): a structlog event and, inside
-    a recorded span (the effect's), a span event with the same fields."""
-    getattr(log, level)(name, **fields)
+# Fields of guard events that are times (seconds since the epoch, on the runtime's clock):
+# logged, and added to spans, in ISO 8601.
+_TIMES = frozenset({"at", "until", "deadline"})
+
+
+def span_event(name: str, fields: dict[str, object]) -> None:
+    """A span event ``tether.{name}`` with ``fields`` on the active span, if it records."""
     span = trace.get_current_span()
     if span.is_recording():
         span.add_event(f"tether.{name}", _attributes(fields))
+
+
+def guard_event(name: str, level: str = "warning", **fields: object) -> None:
+    """A guard's state change (a breaker trip, a loop detection, an approval requested): a log
+    event and, inside a recorded span (the effect's), a span event with the same fields."""
+    fields = {
+        k: iso_time(v) if k in _TIMES and isinstance(v, int | float) else v
+        for k, v in fields.items()
+    }
+    getattr(log, level)(name, **fields)
+    span_event(name, fields)
 
 
 def supervision_event(name: str, actor_id: str, **fields: object) -> None:
     """Every restart, stop, escalation and backoff: a structlog event and, inside a recorded
     span, a span event with the same fields."""
     log.info(name, actor_id=actor_id, **fields)
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event(f"tether.{name}", _attributes({"actor_id": actor_id, **fields}))
+    span_event(name, {"actor_id": actor_id, **fields})
 
 
 def _attributes(fields: dict[str, object]) -> dict[str, str]:

@@ -75,6 +75,14 @@ class RefundAgent(tether.AgentSession):
     model = ScriptedModel(refund_script)
 
 
+async def first_pending(rt: tether.Runtime, timeout: float = 30) -> tether.ApprovalRequest:
+    """The first approval request pending on ``rt``'s store, once there is one."""
+    with anyio.fail_after(timeout):
+        while not (pending := await rt.approvals.pending()):
+            await anyio.sleep(0.01)
+    return pending[0]
+
+
 SCRIPTED = ScriptedModel(
     [
         tether.ToolCall(tool="lookup_order", args={"order_id": 42}),  # wrong type: corrected

@@ -24,7 +24,7 @@ import structlog
 import tether
 from tests.badinput import actors as b
 from tests.sqlite_files import dump
-from tether import telemetry
+from tether.logs import TetherLogger
 from tether.runtime.effects import effect_key
 
 pytestmark = pytest.mark.anyio
@@ -60,7 +60,7 @@ def logs(monkeypatch: pytest.MonkeyPatch) -> list[MutableMapping[str, Any]]:
     logger = structlog.wrap_logger(
         None, processors=[structlog.contextvars.merge_contextvars, capture]
     )
-    monkeypatch.setattr(telemetry._TetherLogger, "_target", lambda self: logger)
+    monkeypatch.setattr(TetherLogger, "_target", lambda self: logger)
     return capture.entries
 
 

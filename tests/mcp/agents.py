@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import tether
+from tether.actors.context import ChatMessage, ToolCallRecord
 from tether.testing import ScriptedModel
 
 
@@ -21,8 +22,13 @@ def plan(*calls: tuple[str, dict[str, Any]]) -> tether.UserMessage:
 
 
 def decide(request: tether.ModelRequest) -> tether.ToolCall | tether.FinalAnswer:
-    steps: list[list[Any]] = json.loads(request.bundle.messages[-1].text)
-    done = list(request.bundle.tool_results)
+    history = request.bundle.history
+    asked = max(i for i, f in enumerate(history) if isinstance(f, ChatMessage) and f.role == "user")
+    task = history[asked]
+    assert isinstance(task, ChatMessage)
+    steps: list[list[Any]] = json.loads(task.text)
+    # this task's calls: those after its message
+    done = [f for f in history[asked:] if isinstance(f, ToolCallRecord)]
     position, i = 0, 0
     while i < len(done) and position < len(steps):
         # a failed call is made once more; the second outcome counts, whatever it is

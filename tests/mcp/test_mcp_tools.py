@@ -114,8 +114,8 @@ async def test_a_call_over_stdio_carries_the_runtime_key_in_meta_and_in_the_key_
 
 async def test_a_call_over_streamable_http_carries_the_runtime_key_in_meta(tmp_path: Path) -> None:
     db = tmp_path / "server.db"
-    with world.http_server(db, tmp_path / "http.log") as url:
-        tools = await tether.mcp.load_tools(tether.mcp.HttpServer(url))
+    with world.http_server(db, tmp_path / "http.log") as server:
+        tools = await tether.mcp.load_tools(tether.mcp.HttpServer(server.url))
         task = plan(("charge", {"order_id": "7", "amount_cents": 300}))
         result = await run_task(tmp_path, "Http", tools, task)
     [charge] = result.calls
@@ -123,6 +123,33 @@ async def test_a_call_over_streamable_http_carries_the_runtime_key_in_meta(tmp_p
     assert "charged 300 cents on order 7" in charge.result
     [served] = world.calls(db)
     assert served["meta_key"] == served["arg_key"] == charge.effect_key
+
+
+async def test_a_call_to_an_http_server_that_went_away_is_not_carried_out(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    with world.http_server(db, tmp_path / "http.log") as server:
+        tools = await tether.mcp.load_tools(
+            tether.mcp.HttpServer(server.url, wait_connected=2.0),
+            # one attempt per call, no breaker: the session is told of each call's outcome
+            defaults={"retry": tether.RetryPolicy(max_attempts=1), "breaker": None},
+        )
+        cls = agents.session_class("HttpGone", tools)
+        async with runtime(tmp_path) as rt:
+            session = await rt.spawn(cls, "s1", goal="look after orders")
+            task = plan(("lookup_order", {"order_id": "1"}))
+            first = await session.ask(task, timeout=ASK)
+            server.kill()
+            # fail_order has no hints: a call that may have been made would be held
+            second = await session.ask(plan(("fail_order", {"order_id": "2"})), timeout=ASK)
+            held = await rt.quarantine.list()
+    assert first.calls[0].error is None
+    assert [c.tool for c in second.calls] == ["fail_order", "fail_order"]
+    for call in second.calls:
+        assert call.error is not None
+        assert "McpNotConnected" in call.error
+        assert "the request was not sent" in call.error
+    assert held == []
+    assert [c["tool"] for c in world.calls(db)] == ["lookup_order"]
 
 
 async def test_an_error_result_is_a_recorded_failure_the_model_sees_and_never_retried(

@@ -53,9 +53,21 @@ def free_port() -> int:
         return port
 
 
+class HttpProcess:
+    """The test server over streamable HTTP, in its own process."""
+
+    def __init__(self, url: str, proc: subprocess.Popen[bytes]) -> None:
+        self.url = url
+        self.proc = proc
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=DEADLINE)
+
+
 @contextmanager
-def http_server(db: Path, log: Path) -> Iterator[str]:
-    """The test server over streamable HTTP on a free port of 127.0.0.1: its URL."""
+def http_server(db: Path, log: Path) -> Iterator[HttpProcess]:
+    """The test server over streamable HTTP on a free port of 127.0.0.1."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -73,7 +85,7 @@ def http_server(db: Path, log: Path) -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"the MCP test server did not start:\n{log.read_text()}")
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield HttpProcess(f"http://127.0.0.1:{port}/mcp", proc)
     finally:
         proc.kill()
-        proc.wait(timeout=30)
+        proc.wait(timeout=DEADLINE)

@@ -47,16 +47,14 @@ def setup() -> tuple[InMemorySpanExporter, InMemoryMetricReader]:
 
 
 async def workload(db: str) -> None:
-    from tests.actors.session_agents import RefundAgent
+    from tests.actors.session_agents import RefundAgent, first_pending
     from tests.runtime.guard_actors import Call, Caller
 
     async with tether.Runtime(db, poll_interval=0.02) as rt:
         s = await rt.spawn(RefundAgent, "s1", goal="Refund delivered orders")
         await s.tell(tether.UserMessage("please refund order 43"), dedup_key="t")
-        with anyio.fail_after(10):
-            while not (pending := await rt.approvals.pending()):
-                await anyio.sleep(0.01)
-        await rt.approvals.decide(pending[0].request_id, tether.Approve(by="manager"))
+        request = await first_pending(rt)
+        await rt.approvals.decide(request.request_id, tether.Approve(by="manager"))
         await s.ask(tether.UserMessage("please refund order 43"), timeout=10, dedup_key="t")
         c = await rt.spawn(Caller, "c1")
         for i in range(4):  # three failures trip the breaker; the fourth is refused

@@ -49,6 +49,10 @@ def test_each_model_call_is_a_genai_client_span_under_its_model_effect(
     assert failed["attributes"]["error.type"] == "openai.InternalServerError"
     assert "gen_ai.usage.input_tokens" not in failed["attributes"]
     assert failed["parent_id"] == tool_call["parent_id"]  # two attempts of one model effect
+    model_effect = effects[failed["parent_id"]]
+    assert model_effect["attributes"]["tether.attempt"] == "2"
+    failure = model_effect["events"]["tether.effect_attempt_failed"]
+    assert (failure["tether.attempt"], failure["tether.outcome"]) == ("1", "not_done")
     assert {
         k: answer["attributes"][k]
         for k in (

@@ -49,6 +49,7 @@ class LinesExporter(SpanExporter):
                         "span_id": f"{ctx.span_id:016x}",
                         "parent_id": f"{s.parent.span_id:016x}" if s.parent else None,
                         "links": [f"{link.context.span_id:016x}" for link in s.links],
+                        "events": {e.name: dict(e.attributes or {}) for e in s.events},
                         "attributes": {k: str(v) for k, v in (s.attributes or {}).items()},
                         "scope": [s.instrumentation_scope.name, s.instrumentation_scope.version]
                         if s.instrumentation_scope
@@ -133,7 +134,7 @@ async def resume(db: str) -> None:
 
 
 async def one_trace(db: str) -> None:
-    from tests.actors.session_agents import RefundAgent
+    from tests.actors.session_agents import RefundAgent, first_pending
     from tests.sample_actors import Account, Forward, GetBalance
 
     app = trace.get_tracer("app")
@@ -141,11 +142,9 @@ async def one_trace(db: str) -> None:
         s = await rt.spawn(RefundAgent, "s1", goal="Refund delivered orders")
         with app.start_as_current_span("caller"):
             await s.tell(tether.UserMessage("please refund order 43"), dedup_key="t")
-        with anyio.fail_after(30):
-            while not (pending := await rt.approvals.pending()):
-                await anyio.sleep(0.01)
+        request = await first_pending(rt)
         with app.start_as_current_span("console"):
-            await rt.approvals.decide(pending[0].request_id, tether.Approve(by="manager"))
+            await rt.approvals.decide(request.request_id, tether.Approve(by="manager"))
         await s.ask(tether.UserMessage("please refund order 43"), timeout=30, dedup_key="t")
 
         a1, a2 = await rt.spawn(Account, "a1"), await rt.spawn(Account, "a2")

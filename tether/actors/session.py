@@ -582,7 +582,7 @@ class AgentSession(Actor[SessionState]):
         if self.state.corrections >= 2:
             why = f"escalated: invalid tool call twice in a row ({call.tool}: {problem})"
             telemetry.escalations.add(1, {"tether.tool": call.tool})
-            telemetry.log.warning("session_escalated", session_id=self.id, why=why)
+            telemetry.log.info("session_escalated", session_id=self.id, why=why)  # by design
             self._end(f"stopped: {why}", f"I need a person's help: {why}")
             return False
         return True

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import anyio
 
 from tether.mcp.errors import McpConnectionLost, McpNotConnected, McpToolError
-from tether.mcp.servers import McpServer
+from tether.mcp.servers import McpServer, leaves
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 #: The ``_meta`` key of a ``tools/call`` request that carries the runtime's idempotency key.
 KEY_META = "tether/idempotency_key"
+#: Seconds a call whose connection closed waits for the transport to wind down, to learn
+#: whether the server was reached (the SDK's stdio shutdown is bounded at a few seconds).
+_SETTLE = 10.0
 
 
 class Link:
@@ -46,6 +49,8 @@ class Link:
         self.ended = anyio.Event()  # set once the connection is over, whatever way
         self.why: str | None = None  # why it ended (or never came up)
         self.sent: set[str] = set()  # keys of tools/call requests handed to the transport
+        # the transport failed without reaching the server: nothing in flight was delivered
+        self.never_reached = False
         self._on_lost = on_lost
         self._stop = anyio.Event()
         self._closing = False
@@ -66,6 +71,7 @@ class Link:
                 self.up.set()
                 await self._stop.wait()
         except Exception as exc:  # noqa: BLE001 - any failure ends the link, and is its reason
+            self.never_reached = self.server.never_reached(exc)
             self.lost(_described(exc))
         finally:
             self.client = None
@@ -132,8 +138,13 @@ class Link:
             return await client.call_tool(remote, arguments, meta=meta)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
+                if key in self.sent:
+                    # Whether the transport ever reached the server is known once it has
+                    # wound down (an HTTP connect that failed: nothing was delivered).
+                    with anyio.move_on_after(_SETTLE):
+                        await self.ended.wait()
                 why = self.why or exc.message
-                if key not in self.sent:
+                if key not in self.sent or self.never_reached:
                     raise McpNotConnected(
                         tool,
                         f"{self._where()}: the connection closed ({why}); the request was not sent",
@@ -165,9 +176,8 @@ class Link:
 
 def _described(exc: BaseException) -> str:
     """The innermost failures of ``exc`` (the SDK's task groups wrap them in groups)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(dict.fromkeys(_described(e) for e in exc.exceptions))
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    shown = (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__ for e in leaves(exc))
+    return "; ".join(dict.fromkeys(shown))
 
 
 class _Watched:

@@ -66,6 +66,11 @@ class McpServer(abc.ABC):
     def identity(self) -> tuple[object, ...]:
         """What makes two server objects the same server (one name, one server)."""
 
+    def never_reached(self, exc: BaseException) -> bool:
+        """Whether ``exc``, which ended a connection, says that the server was never reached:
+        then no request in flight was delivered (not carried out)."""
+        return False
+
 
 class StdioServer(McpServer):
     """A server the runtime starts as a subprocess, speaking MCP over its stdin and stdout:
@@ -153,6 +158,23 @@ class HttpServer(McpServer):
     def identity(self) -> tuple[object, ...]:
         headers = tuple(sorted(self.headers.items())) if self.headers is not None else None
         return ("http", self.url, headers)
+
+    def never_reached(self, exc: BaseException) -> bool:
+        """Every failure is a failed connect (refused, unreachable, timed out connecting): the
+        requests were never delivered. The SDK's task groups wrap them in groups."""
+        import httpx2
+
+        found = leaves(exc)
+        return bool(found) and all(
+            isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) for e in found
+        )
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``'s (nested) groups, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
 
 
 def _clean(name: str) -> str:

@@ -311,6 +311,7 @@ class Approvals:
         telemetry.escalations.add(1, {"tether.tool": record.tool})
         telemetry.guard_event(
             "approval_requested",
+            "info",  # by design: a person decides
             request_id=record.request_id,
             session_id=record.actor_id,
             tool=record.tool,

@@ -703,6 +703,9 @@ class Cell:
                 await self._deliver_current(m)
             finally:
                 structlog.contextvars.unbind_contextvars("trace_id")
+                # Which delivery of the message this was (counted once claimed): a step run
+                # again after a failure or a crash is another span of the same trace.
+                span.set_attribute("tether.delivery", m.attempts)
 
     async def _deliver_current(self, m: StoredMessage) -> None:
         rt = self.runtime

@@ -576,6 +576,11 @@ class _Effect:
                 self.log.warning(
                     "effect_attempt_failed", attempt=rec.attempts, outcome=outcome, error=error
                 )
+                # on the effect's span: each failed attempt of a retried call is seen in the trace
+                telemetry.span_event(
+                    "effect_attempt_failed",
+                    {"attempt": rec.attempts, "outcome": outcome, "error": error},
+                )
                 retryable = outcome == "not_done" or (
                     outcome == "maybe_done" and tool.recovery == "retry"
                 )
