@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
-import math
 import os
 import secrets
 import socket
@@ -29,7 +27,6 @@ from tether.actors.messages import (
     UNENCODABLE,
     Message,
     Terminated,
-    nesting_problem,
 )
 from tether.actors.ref import ActorRef
 from tether.errors import (
@@ -41,19 +38,18 @@ from tether.errors import (
     ChildStartFailed,
     ConfigError,
     CorruptRecordError,
-    MessageRejected,
     RuntimeClosed,
     StoreError,
 )
-from tether.runtime import tracing
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.cell import Cell
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
-from tether.runtime.journal import decoders, folded
+from tether.runtime.journal import folded
 from tether.runtime.kernel import ActiveCell
+from tether.runtime.mail import Mail, check_type, due_now
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.replies import Replies
 from tether.runtime.scheduler import Scheduler
@@ -188,15 +184,14 @@ class Runtime:
 
         self._encoder = msgspec.msgpack.Encoder()
         self.encode = self._encoder.encode
-        self._ids = itertools.count(1)
-        self._id_prefix = secrets.token_hex(8)  # 64 bits: msg ids key the effects ledger
+        self.mail = Mail(self.encode, self.clock, max_message_bytes)
         self._known: dict[str, tuple[ActorSpec, str]] = {}  # actor id -> (spec, status)
         self.replies = Replies(store, self._spec_only)
         self._activating: dict[str, asyncio.Event] = {}  # in progress; set when done
         self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
-        self.scheduler = Scheduler(self, own_prefix=f"{self._id_prefix}-")
+        self.scheduler = Scheduler(self, own_prefix=self.mail.own_prefix)
         self._tg: anyio.abc.TaskGroup | None = None
         # Tasks asked for where none can be started (a loop callback): started by _starter.
         self._pending_starts: collections.deque[
@@ -406,7 +401,7 @@ class Runtime:
         if not self._open:
             self._check_open()  # raises
         spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
-        new = self._prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
+        new = self.mail.prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
         step = current_step.get()
         if step is not None and not step.closed and step.cell.runtime is self:
             step.add_outbox(new)  # committed with the sender's step (I2)
@@ -423,7 +418,7 @@ class Runtime:
         if not (type(timeout) in (float, int) and timeout > 0):  # the usual case, checked cheaply
             _positive("ask timeout", timeout)
         spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
-        new = self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=True)
+        new = self.mail.prepare(actor_id, spec, msg, dedup_key, None, wants_reply=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         fut: asyncio.Future[Any] = loop.create_future()
@@ -503,92 +498,17 @@ class Runtime:
         that is not active (after the type check: a wrong type is reported first)."""
         spec, status = await self._spec_of(actor_id)
         if status != "active":
-            _check_type(actor_id, spec, msg)
+            check_type(actor_id, spec, msg)
             rec = await self.store.get_actor(actor_id)
             raise ActorStopped(actor_id, rec.stop_reason if rec else None)
         return spec
-
-    def _prepare(
-        self,
-        actor_id: str,
-        spec: ActorSpec,
-        msg: Message,
-        dedup_key: str | None,
-        delay: float | None,
-        *,
-        wants_reply: bool,
-    ) -> NewMessage:
-        """The message to store, once every check a send makes has passed (``spec``: the
-        receiver's, active)."""
-        _check_type(actor_id, spec, msg)
-        if delay is not None and not (type(delay) in (float, int) and 0 <= delay < math.inf):
-            _check_delay(delay)  # the usual case is checked above, cheaply
-        if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key):
-            raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
-        try:
-            payload = self.encode(msg)
-            too_deep = nesting_problem(msg, payload)
-        except UNENCODABLE as exc:
-            too_deep = nesting_problem(msg)
-            if too_deep is None:
-                raise MessageRejected(
-                    actor_id,
-                    f"{type(msg).__name__} that cannot be encoded ({exc})",
-                    spec.accepted_names,
-                ) from exc
-        if too_deep is not None:
-            # Refused by one limit, not where the stack of the moment runs out: a payload that
-            # encodes here could fail to decode at delivery, deeper in another stack.
-            raise MessageRejected(
-                actor_id,
-                f"{type(msg).__name__} that cannot be stored: {too_deep}",
-                spec.accepted_names,
-            )
-        if len(payload) > self.max_message_bytes:
-            raise MessageRejected(
-                actor_id,
-                f"{type(msg).__name__} of {len(payload)} bytes (limit {self.max_message_bytes})",
-                spec.accepted_names,
-            )
-        try:
-            # A Struct does not check its fields when it is built: decoding the payload as the
-            # receiver will finds a field of the wrong type now, before anything is stored,
-            # instead of at delivery. The receiver's cell here gets the decoded message.
-            decoded = decoders(spec)[0].decode(payload)
-        except msgspec.DecodeError as exc:  # ValidationError, or a type that does not round-trip
-            raise MessageRejected(
-                actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
-            ) from exc
-        now = self.clock()
-        type_name = type(msg).__name__
-        # The trace the message joins (tether.runtime.tracing): a step's sends pass on its own.
-        step = current_step.get()
-        if step is not None and not step.closed:
-            inbound = step.cell.current
-            traceparent = tracing.outgoing(
-                inbound.traceparent if inbound is not None else None, True, actor_id, type_name
-            )
-        else:
-            traceparent = tracing.outgoing(None, False, actor_id, type_name)
-        return NewMessage(
-            msg_id=f"{self._id_prefix}-{next(self._ids)}",
-            actor_id=actor_id,
-            type=type_name,
-            payload=payload,
-            deliver_at=now + delay if delay else now,
-            created_at=now,
-            dedup_key=dedup_key,
-            wants_reply=wants_reply,
-            traceparent=traceparent,
-            decoded=decoded,
-        )
 
     def prepare_message(
         self, actor_id: str, spec: ActorSpec, msg: Message, dedup_key: str | None
     ) -> NewMessage:
         """A message the runtime itself sends ``actor_id`` (whose spec is ``spec``), checked as
         every send is; stored by the caller's own write, then handed to ``route``."""
-        return self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=False)
+        return self.mail.prepare(actor_id, spec, msg, dedup_key, None, wants_reply=False)
 
     def _claim_on_insert(self, new: NewMessage) -> None:
         """Count the first delivery attempt in the insert itself when the receiver is idle and
@@ -603,7 +523,7 @@ class Runtime:
             and cell.instance is not None
             and cell.current is None
             and not cell.buffer
-            and _due_now(new, self.clock)
+            and due_now(new, self.clock)
         ):
             new.attempts = 1
             self.claimed.add(new.msg_id)
@@ -621,7 +541,7 @@ class Runtime:
     def route(self, new: NewMessage) -> None:
         """After ``new`` committed (on its own, or with the write of a step or of a dead
         letter): hand it to its cell here, or wake whoever must run it."""
-        if not _due_now(new, self.clock):
+        if not due_now(new, self.clock):
             self.scheduler.wake_at(new.deliver_at)
             return
         cell = self.cells.get(new.actor_id)
@@ -1039,24 +959,6 @@ class Runtime:
             "commits": self.committer.commits,
             "writes": self.committer.writes,
         }
-
-
-def _check_type(actor_id: str, spec: ActorSpec, msg: Message) -> None:
-    if type(msg) not in spec.message_types:
-        raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
-
-
-def _check_delay(delay: object) -> None:
-    """Raise ``ConfigError`` unless ``delay`` is a finite number of seconds >= 0 (infinity
-    would store a message that is never delivered)."""
-    if isinstance(delay, bool) or not isinstance(delay, int | float) or not (0 <= delay < math.inf):
-        raise ConfigError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
-
-
-def _due_now(new: NewMessage, clock: Callable[[], float]) -> bool:
-    """Whether ``new`` may be delivered now. One sent without a delay is due at once whatever
-    the clock says (as every store reads it, see ``Store.pending``): no clock read for it."""
-    return new.deliver_at == new.created_at or new.deliver_at <= clock()
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
