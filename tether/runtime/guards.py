@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from tether import telemetry
-from tether.actors.actor import class_path
+from tether.actors.actor import class_path, current_path
 from tether.actors.guards.actors import (
     GUARDS_SUPERVISOR,
     Breaker,
@@ -313,7 +313,7 @@ class Guards:
     ) -> ActiveCell | None:
         rt = self._rt
         rec = await rt.store.get_actor(actor_id)
-        if rec is not None and rec.class_path != class_path(cls):
+        if rec is not None and current_path(rec.class_path) != class_path(cls):
             # Not started through the guard path: it is not a guard, whatever it does.
             raise wrong_guard(actor_id, rec.class_path, cls)
         if rec is None:

@@ -21,7 +21,7 @@ import anyio
 import msgspec
 
 from tether import telemetry
-from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, import_class
+from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, current_path, import_class
 from tether.actors.guards.gate import ApprovalPolicy
 from tether.actors.messages import (
     UNENCODABLE,
@@ -329,7 +329,7 @@ class Runtime:
             stored = await self.store.get_actor(actor_id)
             if stored is None:
                 raise StoreError(f"spawning {actor_id!r} stored no record")
-        if stored.class_path != spec.class_path:
+        if current_path(stored.class_path) != spec.class_path:
             taken = f"it is taken by a {stored.class_path}, not a {spec.class_path}"
             if parent_id is not None:  # a supervisor starting a child (see Supervision.start_child)
                 raise ActorIdTaken(actor_id, taken)
