@@ -5,7 +5,7 @@
     python benchmarks/at_scale.py --charts DIR         # also DIR/scaling.png and DIR/peers.png
     python benchmarks/at_scale.py --json out.json      # also every part's raw samples
     python benchmarks/at_scale.py --parts ask,step     # only some parts
-    python benchmarks/at_scale.py --gc-freeze          # GC settings of the scaling part's children
+    python benchmarks/at_scale.py --gc-no-freeze       # the scaling part's GcPolicy (see --help)
 
 The parts, each with the house method (warm-up, interleaved rounds, medians, every run
 checked), each printing its own table as it ends; then one table of the issue's targets:

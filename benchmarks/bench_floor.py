@@ -37,6 +37,11 @@ even the floor meets it: where the floor misses, no rewrite of tether in Python 
 this machine, and the honest answer is a different target, a different runtime (a compiled
 core, free-threaded CPython) or a different machine.
 
+Every floor scenario runs under the collector settings a tether runtime serves with
+(``like_a_runtime``: the same ``tether.GcPolicy``, entered as a runtime enters it, its
+actors counted as activations), so that tether's ratios to the floor are not ratios of two
+garbage collector settings.
+
 Nothing asserts wall-clock time; every run checks the state it computed.
 """
 
@@ -44,12 +49,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import sqlite3
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,7 +80,27 @@ from run import (
     scratch_dir,
 )
 
+from tether import GcPolicy
+from tether.runtime.collector import governor
 from tether.store.sqlite.schema import SCHEMA as _SCHEMA  # the same rows as tether's
+
+DEFAULT_GC = GcPolicy()  # what a Runtime serves with unless told otherwise
+
+
+@contextlib.asynccontextmanager
+async def like_a_runtime(actors: int, policy: GcPolicy = DEFAULT_GC) -> AsyncIterator[None]:
+    """The collector as a tether runtime serving ``actors`` actors under ``policy`` has it:
+    the policy entered (its thresholds), each actor counted as an activation, and the freeze
+    that follows a batch of them waited for (as ``run.activate_accounts`` waits for tether's
+    before its clock); the collector given back at the end. Enter it once the actors exist."""
+    governor.enter(policy)
+    try:
+        for resident in range(1, actors + 1):
+            governor.activated(resident)
+        await run.collector_settled()
+        yield
+    finally:
+        governor.exit(policy)
 
 
 @dataclass(frozen=True)
@@ -160,14 +186,15 @@ class _FloorAskActor:
         await self.task
 
 
-async def floor_ask(n: int) -> Sample:
+async def floor_ask(n: int, gc: GcPolicy = DEFAULT_GC) -> Sample:
     actor = _FloorAskActor()
     msg = GetCount()
     ask = actor.ask
-    t0 = time.perf_counter()
-    for _ in range(n):
-        await ask(msg)
-    dt = time.perf_counter() - t0
+    async with like_a_runtime(1, gc):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await ask(msg)
+        dt = time.perf_counter() - t0
     assert not actor.mailbox
     await actor.stop()
     return {"1.floor_ask": (n, dt)}
@@ -406,7 +433,13 @@ class _FloorAccount:
 
 
 async def floor_durable(
-    n_actors: int, per_actor: int, *, at: Path | None = None, first: int = 0, watch: Any = None
+    n_actors: int,
+    per_actor: int,
+    *,
+    at: Path | None = None,
+    first: int = 0,
+    watch: Any = None,
+    gc: GcPolicy = DEFAULT_GC,
 ) -> Sample:
     """The durable scenario on the floor, on a fresh file; or, with ``at``, on a file made by
     ``prefill_accounts`` whose accounts ``first`` .. ``first + n_actors - 1`` have no events
@@ -436,7 +469,8 @@ async def floor_durable(
             got = await reply
             assert got == (per_actor * (per_actor + 1) // 2, per_actor), (a.actor_id, got)
 
-        t0, dt = await _timed(store, actors, sender, watch)
+        async with like_a_runtime(n_actors, gc):
+            t0, dt = await _timed(store, actors, sender, watch)
         journal = _count(path, "journal") - journal_before
         mailbox = _count(path, "mailbox")
         assert (journal, mailbox) == (n_actors * per_actor, 0), (journal, mailbox)
@@ -537,7 +571,9 @@ class _FloorSession:
                 reply.set_result(answer)
 
 
-async def floor_effects(n_sessions: int, steps: int, *, lean: bool = False) -> Sample:
+async def floor_effects(
+    n_sessions: int, steps: int, *, lean: bool = False, gc: GcPolicy = DEFAULT_GC
+) -> Sample:
     per = steps // n_sessions
     d = scratch_dir("floor-effects")
     store = _FloorStore(d / "floor.db", LEAN_SCHEMA if lean else _SCHEMA)
@@ -556,7 +592,8 @@ async def floor_effects(n_sessions: int, steps: int, *, lean: bool = False) -> S
             got = await reply
             assert got == expected, (s.actor_id, got, expected)
 
-        _, dt = await _timed(store, sessions, sender)
+        async with like_a_runtime(n_sessions, gc):
+            _, dt = await _timed(store, sessions, sender)
         done = _count(d / "floor.db", "effects WHERE status = 'done'")
         assert done == 3 * per * n_sessions, done
     finally:

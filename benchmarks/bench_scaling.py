@@ -3,8 +3,8 @@
     python benchmarks/bench_scaling.py                   # full run: median of 5 runs (+1 warm-up)
     python benchmarks/bench_scaling.py --quick           # smoke mode for CI: small sizes, 1 run
     python benchmarks/bench_scaling.py --charts DIR      # also draw DIR/scaling.png
-    python benchmarks/bench_scaling.py --gc-freeze       # gc.freeze() after setup, in every child
-    python benchmarks/bench_scaling.py --gc-threshold 50000,20,100   # gc.set_threshold(...)
+    python benchmarks/bench_scaling.py --gc-threshold unchanged --gc-no-freeze  # CPython's GC
+    python benchmarks/bench_scaling.py --gc-threshold 50000,20,100   # GcPolicy(threshold=...)
     python benchmarks/bench_scaling.py --json out.json   # also write the raw per-run samples
 
 The durable scenario of ``run.py`` (each message a ``Deposit`` persisting one event, default
@@ -28,8 +28,10 @@ sessions changes:
 
 Every point runs in its own child process, started once and driven round by round
 (``children.py``): a point's heap holds only its own sessions, not the parent's nor another
-point's, and the GC settings of the run (``--gc-threshold``, ``--gc-freeze``) are applied in every
-child alike, tether's and the floor's, and printed with what each child saw when its clock
+point's, and the collector policy of the run (``tether.GcPolicy``: the runtime's default, or
+``--gc-threshold``, ``--gc-no-freeze``) is applied in every child alike, tether's (its runtimes
+serve with it) and the floor's (``bench_floor.like_a_runtime``), and printed with what each
+child saw when its clock
 started. Each child also reports the time its cyclic collector ran during the timed part
 (``gc.callbacks``), per generation: the table's notes give it as a share of the run.
 
@@ -91,34 +93,40 @@ QUICK = Sizes(
 
 @dataclass(frozen=True)
 class GcSettings:
-    """What a run does to CPython's cyclic collector, in every child alike."""
+    """The collector policy of a run (``tether.GcPolicy``), in every child alike: tether's
+    runtimes serve with it (``Runtime(gc=...)``) and the floor runs under it
+    (``bench_floor.like_a_runtime``). By default the runtime's own default."""
 
-    threshold: tuple[int, ...] | None = None  # gc.set_threshold(*threshold); None: as it is
-    freeze: bool = False  # gc.freeze() once the sessions are set up, before the clock starts
+    threshold: tuple[int, int, int] | None = tether.GcPolicy().threshold
+    freeze: bool = tether.GcPolicy().freeze
 
-    def apply(self) -> None:
-        if self.threshold is not None:
-            gc.set_threshold(*self.threshold)
+    @property
+    def policy(self) -> tether.GcPolicy:
+        return tether.GcPolicy(threshold=self.threshold, freeze=self.freeze)
 
     def argv(self) -> list[str]:
-        out = []
-        if self.threshold is not None:
-            out += ["--gc-threshold", ",".join(map(str, self.threshold))]
-        if self.freeze:
-            out.append("--gc-freeze")
+        if self.threshold is None:
+            out = ["--gc-threshold", "unchanged"]
+        else:
+            out = ["--gc-threshold", ",".join(map(str, self.threshold))]
+        if not self.freeze:
+            out.append("--gc-no-freeze")
         return out
 
     def describe(self) -> str:
         threshold = "as CPython sets it" if self.threshold is None else f"{self.threshold}"
-        return f"threshold {threshold}, freeze after setup: {'yes' if self.freeze else 'no'}"
+        return (
+            f"tether.GcPolicy: threshold {threshold}, freeze after activations: "
+            f"{'yes' if self.freeze else 'no'}"
+        )
 
 
 class GcWatch:
-    """The collector's work between ``start`` and ``stop`` (the timed part of a run), and the
-    settings in force at ``start``; with ``freeze``, it freezes there and unfreezes at stop."""
+    """The collector's work between ``start`` and ``stop`` (the timed part of a run), the
+    settings in force at ``start``, and the objects frozen at ``stop`` (the policy freezes a
+    moment after a batch of activations, so possibly after the clock started)."""
 
-    def __init__(self, freeze: bool) -> None:
-        self.freeze = freeze
+    def __init__(self) -> None:
         self.on = False
         self.began = 0.0
         self.seconds = [0.0, 0.0, 0.0]
@@ -138,20 +146,16 @@ class GcWatch:
 
     def start(self) -> None:
         self.seconds, self.collections = [0.0, 0.0, 0.0], [0, 0, 0]
-        if self.freeze:
-            gc.freeze()
         self.seen = {
             "threshold": list(gc.get_threshold()),
             "enabled": gc.isenabled(),
-            "frozen": gc.get_freeze_count(),
             "tracked": len(gc.get_objects()),
         }
         self.on = True
 
     def stop(self) -> None:
         self.on = False
-        if self.freeze:
-            gc.unfreeze()
+        self.seen["frozen"] = gc.get_freeze_count()
 
     def report(self) -> dict[str, Any]:
         return {**self.seen, "seconds": self.seconds, "collections": self.collections}
@@ -176,7 +180,8 @@ class _Point:
         self.per_actor: int = args.per_actor
         self.passivated: int = args.passivated
         self.passivate_after: float = args.passivate_after
-        self.watch = GcWatch(args.gc_freeze)
+        self.watch = GcWatch()
+        self.gc = gc_settings(args).policy
         self.rounds = 0
 
     async def setup(self) -> dict[str, Any]:
@@ -202,7 +207,7 @@ class _TetherPoint(_Point):
     async def round(self) -> tuple[float, dict[str, Any]]:
         d = scratch_dir("scaling")
         try:
-            async with tether.Runtime(d / "tether.db") as rt:
+            async with tether.Runtime(d / "tether.db", gc=self.gc) as rt:
                 ids = [f"acct-{i:06d}" for i in range(self.actors)]
                 refs = await run.activate_accounts(rt, ids)
                 active = len(rt.cells)
@@ -221,7 +226,9 @@ class _TetherPassivated(_Point):
 
     async def setup(self) -> dict[str, Any]:
         self.dir = scratch_dir("scaling-passivated")
-        self.rt = tether.Runtime(self.dir / "tether.db", passivate_after=self.passivate_after)
+        self.rt = tether.Runtime(
+            self.dir / "tether.db", passivate_after=self.passivate_after, gc=self.gc
+        )
         await self.rt.__aenter__()
         t0 = time.perf_counter()
         await run.activate_accounts(self.rt, [f"acct-{i:06d}" for i in range(self.passivated)])
@@ -254,7 +261,9 @@ class _TetherPassivated(_Point):
 
 class _FloorPoint(_Point):
     async def round(self) -> tuple[float, dict[str, Any]]:
-        sample = await bench_floor.floor_durable(self.actors, self.per_actor, watch=self.watch)
+        sample = await bench_floor.floor_durable(
+            self.actors, self.per_actor, watch=self.watch, gc=self.gc
+        )
         return sample["2.floor_durable"][1], {"rss_kb": rss_kb()}
 
 
@@ -270,7 +279,12 @@ class _FloorPassivated(_Point):
     async def round(self) -> tuple[float, dict[str, Any]]:
         first = self._next_group()
         sample = await bench_floor.floor_durable(
-            self.actors, self.per_actor, at=self.dir / "floor.db", first=first, watch=self.watch
+            self.actors,
+            self.per_actor,
+            at=self.dir / "floor.db",
+            first=first,
+            watch=self.watch,
+            gc=self.gc,
         )
         return sample["2.floor_durable"][1], {"rss_kb": rss_kb()}
 
@@ -279,7 +293,6 @@ class _FloorPassivated(_Point):
 
 
 def child(args: argparse.Namespace) -> None:
-    gc_settings(args).apply()
     kinds = {
         ("tether", False): _TetherPoint,
         ("tether", True): _TetherPassivated,
@@ -458,26 +471,37 @@ def draw(b: Bench, sizes: Sizes, gc_: GcSettings, out_dir: Path, meta: dict[str,
     )
 
 
-def threshold(arg: str) -> tuple[int, ...]:
-    """``--gc-threshold A[,B,C]``, as ``gc.set_threshold`` takes it."""
+def threshold(arg: str) -> tuple[int, int, int] | None:
+    """``--gc-threshold A,B,C`` (as ``gc.set_threshold`` takes them), or ``unchanged``."""
+    if arg == "unchanged":
+        return None
     try:
         values = tuple(int(v) for v in arg.split(","))
     except ValueError:
         values = ()
-    if not 1 <= len(values) <= 3 or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"1 to 3 integers >= 0, like 700,10,10; not {arg!r}")
-    return values
+    if len(values) != 3 or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"3 integers > 0, like 50000,20,100, or 'unchanged'; not {arg!r}"
+        )
+    return values  # type: ignore[return-value]
 
 
 def add_gc_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--gc-threshold", metavar="A[,B,C]", type=threshold, help="gc.set_threshold in every child"
+        "--gc-threshold",
+        metavar="A,B,C",
+        type=threshold,
+        default=tether.GcPolicy().threshold,
+        help="the GcPolicy threshold of every child (default: the runtime's); 'unchanged': "
+        "CPython's own",
     )
-    p.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before each clock")
+    p.add_argument(
+        "--gc-no-freeze", action="store_true", help="a GcPolicy that never freezes, in every child"
+    )
 
 
 def gc_settings(args: argparse.Namespace) -> GcSettings:
-    return GcSettings(args.gc_threshold, args.gc_freeze)
+    return GcSettings(args.gc_threshold, not args.gc_no_freeze)
 
 
 def main(argv: list[str] | None = None) -> int:

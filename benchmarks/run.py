@@ -55,6 +55,7 @@ import msgspec
 import structlog
 
 import tether
+from tether.runtime.collector import governor
 
 try:
     import pykka
@@ -238,6 +239,7 @@ async def tether_ask(n: int) -> Sample:
     async with tether.Runtime(":memory:") as rt:
         ref = await rt.spawn(Counter, "counter")
         await ref.ask(GetCount(), timeout=ASK_TIMEOUT)  # the actor is active and recovered
+        await collector_settled()
         ask = ref.ask
         q = GetCount()
         t0 = time.perf_counter()
@@ -384,11 +386,19 @@ async def tether_durable(n_actors: int, per_actor: int) -> Sample:
     return {"2.tether_durable": (n, dt), "2.tether_tell_only": (n, tell_only)}
 
 
+async def collector_settled() -> None:
+    """Wait until the freeze a runtime's ``GcPolicy`` makes after a batch of activations (a
+    moment after the last one) has happened, so that a clock starts on the steady state."""
+    while governor.freeze_pending:  # noqa: ASYNC110 - a loop timer, no event to wait on
+        await asyncio.sleep(0.01)
+
+
 async def activate_accounts(
     rt: tether.Runtime, ids: list[str], concurrency: int = 100
 ) -> list[tether.ActorRef]:
     """Spawn (or resume) the ``Account`` actors ``ids``, ``concurrency`` at a time, and ask
-    each once, so that each is active and recovered before a clock starts."""
+    each once, so that each is active and recovered before a clock starts (and the collector
+    has frozen them, as a runtime's ``GcPolicy`` does after a batch of activations)."""
     refs: dict[str, tether.ActorRef] = {}
     todo = iter(ids)
 
@@ -401,6 +411,7 @@ async def activate_accounts(
     async with anyio.create_task_group() as tg:
         for _ in range(min(concurrency, len(ids))):
             tg.start_soon(spawner)
+    await collector_settled()
     return [refs[i] for i in ids]
 
 
@@ -1043,6 +1054,15 @@ def charts_dir(arg: str | None) -> Path | None:
     path = Path(arg)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def conclude(started: float, b: Bench, rows: list[dict[str, Any]], *finish_args: Any) -> int:
+    """The end of a run: its table, its duration since ``started``, then
+    ``finish(b, rows, *finish_args)``."""
+    print()
+    print(table(b, rows))
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    return finish(b, rows, *finish_args)
 
 
 def finish(

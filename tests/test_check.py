@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 
 import tether
 from tests import sample_actors as sa
+from tests.actors import session_agents
 from tests.actors.session_agents import LoopingAgent, RefundAgent
 from tests.badinput.test_corrupt_store import sql
 from tests.cli_runs import cli
@@ -29,6 +31,7 @@ from tests.test_cli import _fresh as _fresh  # the autouse fixture: fresh script
 from tests.test_cli import eventually
 from tether.actors.session import GetSessionInfo
 from tether.cli.check import ProgressBar
+from tether.runtime.check import check_runtime_store
 from tether.runtime.check_report import KINDS
 from tether.testing import check_store, check_store_async
 
@@ -88,11 +91,17 @@ def db(_template: Path, tmp_path: Path) -> Path:
     return path
 
 
+def check_json(capsys: pytest.CaptureFixture[str], db: Path) -> tuple[int, dict[str, Any], str]:
+    """``tether check --json``: its exit code, its report (stdout's last line), its stderr."""
+    code, out, err = cli(capsys, "--db", db, "check", "--json")
+    report: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return code, report, err
+
+
 def violations(capsys: pytest.CaptureFixture[str], db: Path) -> list[dict[str, Any]]:
     """The violations ``tether check --json`` names; it must exit 1."""
-    code, out, _ = cli(capsys, "--db", db, "check", "--json")
-    report = json.loads(out)
-    assert (code, report["ok"]) == (1, False), out
+    code, report, _ = check_json(capsys, db)
+    assert (code, report["ok"]) == (1, False), report
     found: list[dict[str, Any]] = report["violations"]
     return found
 
@@ -125,8 +134,7 @@ def test_a_store_after_a_real_workload_checks_clean_with_exit_0_and_a_summary(
 def test_check_json_of_a_clean_store_reports_counts_and_no_violation(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = cli(capsys, "--db", db, "check", "--json")
-    report = json.loads(out)
+    code, report, _ = check_json(capsys, db)
     assert (code, report["ok"], report["violations"]) == (0, True, [])
     assert report["counts"]["effects"] >= 3
     assert report["counts"]["approvals"] == 2
@@ -194,8 +202,7 @@ def test_a_snapshot_of_a_class_that_does_not_import_is_listed_unchecked_not_fail
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sql(db, "UPDATE actors SET class_path = 'gone.module:Account' WHERE actor_id = 'acct'")
-    code, out, _ = cli(capsys, "--db", db, "check", "--json")
-    report = json.loads(out)
+    code, report, _ = check_json(capsys, db)
     assert (code, report["ok"]) == (0, True)
     [note] = [u for u in report["unchecked"] if "'acct'" in u]
     assert "gone.module:Account" in note
@@ -333,16 +340,31 @@ def test_a_row_of_the_wrong_type_is_named_unreadable(
     assert v["key"] == msg_id
 
 
-def test_an_overwritten_page_fails_sqlites_integrity_check(
-    db: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def overwrite_last_page_of(db: Path, name: str) -> None:
     size = int(sql(db, "PRAGMA page_size")[0][0])
     [(page,)] = sql(
-        db, "SELECT pageno FROM dbstat WHERE name = 'effects_by_status' ORDER BY pageno LIMIT 1"
+        db, "SELECT pageno FROM dbstat WHERE name = ? ORDER BY pageno DESC LIMIT 1", name
     )
     with db.open("r+b") as f:
         f.seek((page - 1) * size)
         f.write(bytes([0xA5]) * size)
+
+
+def test_a_registry_too_damaged_to_list_is_named_and_the_rest_is_still_checked(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overwrite_last_page_of(db, "actors")
+    code, report, err = check_json(capsys, db)
+    assert (code, report["ok"]) == (1, False)
+    assert "Traceback" not in err
+    assert any("the actors cannot be read" in v["message"] for v in report["violations"])
+    assert report["counts"]["effects"] >= 3  # the ledger was still read and checked
+
+
+def test_an_overwritten_page_fails_sqlites_integrity_check(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overwrite_last_page_of(db, "effects_by_status")
     found = violations(capsys, db)
     assert of_kind(found, "storage_damaged")
     code, out, _ = cli(capsys, "--db", db, "check")
@@ -389,7 +411,16 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_erased() -> None:
 # -- agent sessions: snapshots of every step, a loop guard, a modified approval --------------------
 
 
+@pytest.fixture
+def session_log() -> Iterator[None]:
+    """The session agents' tool log, empty before and after (other modules' tests read it)."""
+    session_agents.LOG.clear()
+    yield
+    session_agents.LOG.clear()
+
+
 @pytest.mark.anyio
+@pytest.mark.usefixtures("session_log")
 async def test_agent_sessions_with_a_snapshot_every_event_check_clean(tmp_path: Path) -> None:
     """Sessions, their gates, loop guards and breakers snapshot at every event; a person
     modifies one call's arguments before approving it; a looping session is stopped. The
@@ -426,3 +457,23 @@ async def test_agent_sessions_with_a_snapshot_every_event_check_clean(tmp_path: 
 async def _approvals(db: Path) -> list[Any]:
     async with tether.Runtime(db, serve=False) as rt:
         return await rt.store.find_approvals()
+
+
+@pytest.mark.anyio
+async def test_the_check_reads_only_through_the_store_protocol_so_a_memory_store_checks_too() -> (
+    None
+):
+    """The same checks on another backend (here the memory store): a store without a check of
+    its own storage says so, and a clean workload is clean."""
+    async with tether.Runtime(":memory:", max_attempts=1, snapshot_every=2) as rt:
+        acct = await rt.spawn(sa.Account, "acct")
+        for amount in (1, 2, 3):
+            await acct.tell(sa.Deposit(amount=amount))
+        await acct.tell(sa.Fail(key="always"))
+        await eventually(rt.dead_letters.list)
+        assert await acct.ask(sa.GetBalance(), timeout=10) == 6
+        report = await check_runtime_store(rt)
+    assert report.ok, report.summary()
+    assert report.storage == "the backend offers no check of its own storage"
+    assert (report.counts["events"], report.counts["snapshots"]) == (3, 1)
+    assert report.counts["dead letters"] == 1

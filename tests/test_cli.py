@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -703,9 +704,8 @@ def test_an_actor_with_a_malformed_class_path_is_still_listed_in_actors_and_the_
     db: Path, capsys: pytest.CaptureFixture[str], class_path: str
 ) -> None:
     # importlib raises ValueError / TypeError for these, not ImportError: they were tracebacks
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute("UPDATE actors SET class_path = ? WHERE actor_id = 'acct'", (class_path,))
-    con.close()
     assert "acct" in [a["id"] for a in cli_json(capsys, "--db", db, "actors")]
     # Not importable, spawned without a goal: not taken for a session, and no traceback.
     assert "acct" not in [s["id"] for s in cli_json(capsys, "--db", db, "sessions")]
@@ -715,9 +715,8 @@ def test_an_actor_with_a_malformed_class_path_is_still_listed_in_actors_and_the_
 
 
 def damage(db: Path, statement: str) -> None:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute(statement)
-    con.close()
 
 
 @pytest.mark.parametrize(

@@ -87,6 +87,7 @@ from tether.errors import ToolTimeout as ToolTimeout
 from tether.errors import ToolUnavailable as ToolUnavailable
 from tether.errors import TransientToolError as TransientToolError
 from tether.runtime.audit import Identity as Identity
+from tether.runtime.collector import GcPolicy as GcPolicy
 from tether.runtime.quarantine import QuarantinedEffect as QuarantinedEffect
 from tether.runtime.runtime import Runtime as Runtime
 from tether.runtime.tree import TreeNode as TreeNode
@@ -169,6 +170,7 @@ __all__ = (
     "TreeNode",
     # runtime and stores
     "Runtime",
+    "GcPolicy",
     "Store",
     "StoreAdmin",
     "open_store",

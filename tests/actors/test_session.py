@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -299,7 +300,7 @@ async def test_a_restarted_runtime_folds_the_bounded_history_to_the_same_state(
     async with runtime(tmp_path, snapshot_every=9) as rt:
         await rt.ref("s1").ask(GetSessionInfo(), timeout=5)
         from_snapshot = rt.cells["s1"].state
-    with sqlite3.connect(tmp_path / "agents.db") as con:
+    with closing(sqlite3.connect(tmp_path / "agents.db")) as con, con:
         (snap_seq,) = con.execute("SELECT seq FROM snapshots WHERE actor_id = 's1'").fetchone()
         (last_seq,) = con.execute("SELECT max(seq) FROM journal WHERE actor_id = 's1'").fetchone()
         assert 0 < snap_seq < last_seq  # the recovery folds a tail after the snapshot
@@ -316,7 +317,7 @@ async def test_a_snapshot_from_before_the_bound_still_loads(tmp_path: Path) -> N
         await _run_tasks(s, 1)
         live: SessionState = rt.cells["s1"].state
     # Rewrite the snapshot as an older tether stored it: without the history_dropped field.
-    with sqlite3.connect(tmp_path / "agents.db") as con:
+    with closing(sqlite3.connect(tmp_path / "agents.db")) as con, con:
         (blob,) = con.execute("SELECT state FROM snapshots WHERE actor_id = 's1'").fetchone()
         old = msgspec.msgpack.decode(blob)
         assert old.pop("history_dropped") == 0
@@ -393,7 +394,7 @@ async def test_a_session_its_constructor_refuses_is_refused_at_spawn_and_nothing
             await rt.spawn(cls, "s1", **init)
         with pytest.raises(tether.ActorNotFound):
             await rt.lookup("s1")
-    with sqlite3.connect(tmp_path / "agents.db") as con:
+    with closing(sqlite3.connect(tmp_path / "agents.db")) as con, con:
         assert con.execute("SELECT count(*) FROM actors").fetchone() == (0,)
 
 

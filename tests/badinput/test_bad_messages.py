@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def fast(path: Path | str, **kw: Any) -> tether.Runtime:
 
 
 def rows(db: Path, sql: str, *params: Any) -> list[Any]:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         return con.execute(sql, params).fetchall()
 
 
@@ -71,7 +72,7 @@ async def test_a_stored_row_of_a_type_the_class_no_longer_has_is_dead_lettered(
         await ledger.tell(b.Add(amount=1), delay=0.4)
         await ledger.tell(b.Add(amount=2), delay=0.4)
     stale = msgspec.msgpack.encode(b.Stranger(amount=5))
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute(
             "UPDATE mailbox SET type = 'Stranger', payload = ? "
             "WHERE seq = (SELECT MIN(seq) FROM mailbox)",
@@ -121,7 +122,7 @@ async def test_a_stored_field_of_the_wrong_type_is_dead_lettered_with_the_field_
         await ledger.tell(b.Add(amount=1), delay=0.4)
         await ledger.tell(b.Add(amount=2), delay=0.4)
     wrong = msgspec.msgpack.encode(b.Add(amount="ten"))  # type: ignore[arg-type]
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute(
             "UPDATE mailbox SET payload = ? WHERE seq = (SELECT MIN(seq) FROM mailbox)", (wrong,)
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +44,14 @@ def fast(path: Path, **kw: Any) -> tether.Runtime:
 
 
 def count(db: Path, table: str) -> int:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         n: int = con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
         return n
 
 
 def longest(db: Path, table: str, column: str) -> int:
     sql = f"SELECT COALESCE(MAX(length({column})), 0) FROM {table}"
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         n: int = con.execute(sql).fetchone()[0]
         return n
 

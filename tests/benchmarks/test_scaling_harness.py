@@ -1,6 +1,6 @@
 """``benchmarks/bench_scaling.py`` at a small size: every point of the curve, tether's and the
-floor's, runs in its own process under the same GC settings, which each reports back as it saw
-them when its clock started; the passivated point's runtime really holds its sessions
+floor's, runs in its own process under the same collector policy (``tether.GcPolicy``), which
+each reports back as it saw it during its run; the passivated point's runtime really holds its sessions
 passivated."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_tether_and_the_floor_run_under_the_same_gc_settings(measured: Any) -> N
     for key, gc_seen in seen.items():
         assert tuple(gc_seen["threshold"]) == THRESHOLD, key
         assert gc_seen["enabled"], key
-        assert gc_seen["frozen"] > 0, key  # gc.freeze() ran before the clock
+        assert gc_seen["frozen"] > 0, key  # the policy froze after the activations
         assert "GC " in measured.figures[key].note
 
 

@@ -43,7 +43,10 @@ from tether.store.records import Batch, BatchResult
 
 SESSION = "payer"
 REQUESTED: dict[str, Any] = {"to": "acme", "cents": 5000}
-EXPIRY = 2.0  # the deadline of the hasty policies: long enough to kill the agent before it
+# The deadline of the hasty policies: long enough to kill the agent before it and start a new
+# one that finds the request still pending, on a loaded machine (a test suite in parallel
+# workers, a second Python's pass: a new interpreter took over 2 s to report there).
+EXPIRY = 6.0
 RUN_TIMEOUT = 30.0  # an agent run gives up after this long
 KILL_POINTS = ("before-intent", "after-intent")
 EXIT_CLOSED = 3

@@ -2,11 +2,12 @@
 test server (``tests/mcp/server.py``, over stdio), SIGKILLed between the server's work and
 the receipt of that work, then run again on the same store.
 
-Run as ``python -m tests.mcp.agent_program TOOL DB SERVER_DB KILL`` from the repository root:
+Run as ``python -m tests.mcp.agent_program TOOL DB SERVER KILL`` from the repository root:
 
 * ``TOOL``: ``lookup_order`` (read-only), ``charge`` (idempotent, honours the key) or
   ``delete_order`` (destructive: held for approval first, which this program gives);
-* ``DB``: the tether store; ``SERVER_DB``: the server's own SQLite file;
+* ``DB``: the tether store; ``SERVER``: the server's own SQLite file (the runtime starts the
+  server over stdio) or the URL of a server the test runs (streamable HTTP);
 * ``KILL``: ``before-receipt`` (the store SIGKILLs its own process right before the batch
   holding the call's receipt is applied: the server did the work, tether did not record it)
   or ``none`` (a run that goes on to the end: the task finishes, or its effect is held).
@@ -67,10 +68,15 @@ async def held(rt: tether.Runtime) -> None:
     report(f"quarantined={json.dumps([found[0].tool, found[0].key, found[0].reason])}")
 
 
-async def program(tool: str, db: str, server_db: str, kill: str) -> None:
+async def program(tool: str, db: str, where: str, kill: str) -> None:
     if tool not in ARGS or kill not in ("before-receipt", "none"):
         raise SystemExit(f"bad tool {tool!r} or kill point {kill!r}")
-    tools = await tether.mcp.load_tools(world.stdio_server(Path(server_db)))
+    server: tether.mcp.McpServer = (
+        tether.mcp.HttpServer(where, wait_connected=world.DEADLINE)
+        if where.startswith("http://")
+        else world.stdio_server(Path(where))
+    )
+    tools = await tether.mcp.load_tools(server)
     cls = agents.session_class("CrashAgent", tools)
     store = KillingStore(db, tool=tool) if kill != "none" else tether.SqliteStore(db)
     async with tether.Runtime(db, store=store, lease_ttl=LEASE_TTL, poll_interval=POLL) as rt:
@@ -96,8 +102,8 @@ async def program(tool: str, db: str, server_db: str, kill: str) -> None:
 
 def main(argv: list[str]) -> None:
     configure_logging()
-    tool, db, server_db, kill = argv
-    anyio.run(program, tool, db, server_db, kill)
+    tool, db, where, kill = argv
+    anyio.run(program, tool, db, where, kill)
 
 
 if __name__ == "__main__":  # the session class lives in tests.mcp.agents: importable by path

@@ -27,30 +27,43 @@ def children(tmp_path: Path) -> Iterator[Children]:
         yield started
 
 
-def killed_before_the_receipt(children: Children, tool: str, tmp_path: Path) -> tuple[Path, Path]:
+def killed_before_the_receipt(children: Children, tool: str, db: Path, where: object) -> None:
     """The first run: the server does the call's work, then the agent dies."""
-    db, server_db = tmp_path / "agents.db", tmp_path / "server.db"
-    first = children.start("first", tool, db, server_db, "before-receipt")
+    first = children.start("first", tool, db, where, "before-receipt")
     first.wait_report("dying", RUN_TIMEOUT)
     first.wait(RUN_TIMEOUT)
     assert first.proc.returncode == -9, first.describe()
-    assert [c["tool"] for c in world.calls(server_db)] == [tool]  # the work was done
-    return db, server_db
 
 
-def run_again(children: Children, tool: str, db: Path, server_db: Path) -> Child:
-    second = children.start("second", tool, db, server_db, "none")
+def run_again(children: Children, tool: str, db: Path, where: object) -> Child:
+    second = children.start("second", tool, db, where, "none")
     second.wait_report("finished", RUN_TIMEOUT)
     assert second.wait(RUN_TIMEOUT) == 0, second.describe()
     return second
 
 
-@pytest.mark.parametrize("tool", ["lookup_order", "charge"])
+def crash_and_rerun(children: Children, tool: str, tmp_path: Path, transport: str) -> Child:
+    """Kill the agent before the receipt, run it again; the server over ``transport``."""
+    db, server_db = tmp_path / "agents.db", tmp_path / "server.db"
+    if transport == "stdio":  # the runtime starts the server, each run its own
+        killed_before_the_receipt(children, tool, db, server_db)
+        assert [c["tool"] for c in world.calls(server_db)] == [tool]  # the work was done
+        return run_again(children, tool, db, server_db)
+    with world.http_server(server_db, tmp_path / "http.log") as server:  # one server for both
+        killed_before_the_receipt(children, tool, db, server.url)
+        assert [c["tool"] for c in world.calls(server_db)] == [tool]
+        return run_again(children, tool, db, server.url)
+
+
+@pytest.mark.parametrize(
+    ("tool", "transport"),
+    [("lookup_order", "stdio"), ("charge", "stdio"), ("charge", "http")],
+)
 def test_a_retry_tool_is_called_again_with_the_same_key_after_a_crash(
-    tool: str, tmp_path: Path, children: Children
+    tool: str, transport: str, tmp_path: Path, children: Children
 ) -> None:
-    db, server_db = killed_before_the_receipt(children, tool, tmp_path)
-    second = run_again(children, tool, db, server_db)
+    server_db = tmp_path / "server.db"
+    second = crash_and_rerun(children, tool, tmp_path, transport)
     assert second.value("outcome") == "finished", second.describe()
     [[called, result, error, key]] = second.reported("calls")
     assert (called, error) == (tool, None)
@@ -68,8 +81,8 @@ def test_a_retry_tool_is_called_again_with_the_same_key_after_a_crash(
 def test_a_destructive_tool_is_quarantined_after_a_crash_and_never_runs_twice(
     tmp_path: Path, children: Children
 ) -> None:
-    db, server_db = killed_before_the_receipt(children, "delete_order", tmp_path)
-    second = run_again(children, "delete_order", db, server_db)
+    server_db = tmp_path / "server.db"
+    second = crash_and_rerun(children, "delete_order", tmp_path, "stdio")
     tool, key, reason = second.reported("quarantined")
     assert tool == "delete_order"
     assert "did not report back" in reason

@@ -115,7 +115,9 @@ async def test_a_call_over_stdio_carries_the_runtime_key_in_meta_and_in_the_key_
 async def test_a_call_over_streamable_http_carries_the_runtime_key_in_meta(tmp_path: Path) -> None:
     db = tmp_path / "server.db"
     with world.http_server(db, tmp_path / "http.log") as server:
-        tools = await tether.mcp.load_tools(tether.mcp.HttpServer(server.url))
+        tools = await tether.mcp.load_tools(
+            tether.mcp.HttpServer(server.url, wait_connected=world.DEADLINE)
+        )
         task = plan(("charge", {"order_id": "7", "amount_cents": 300}))
         result = await run_task(tmp_path, "Http", tools, task)
     [charge] = result.calls
@@ -221,7 +223,8 @@ async def test_a_server_that_cannot_start_fails_the_call_as_not_sent_and_never_h
         sys.executable,
         ["-m", "tests.mcp.server", "stdio", str(db)],
         cwd=world.ROOT,
-        wait_connected=1.0,
+        connect_timeout=world.DEADLINE,
+        wait_connected=1.0,  # how long a call waits for the server that never comes
     )
     tools = await tether.mcp.load_tools(
         server,

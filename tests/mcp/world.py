@@ -22,7 +22,14 @@ def stdio_server(db: Path, name: str | None = None) -> tether.mcp.StdioServer:
     """The test server over stdio, started by the runtime (named, by default, after its
     command line, which holds ``db``: one name per test)."""
     return tether.mcp.StdioServer(
-        sys.executable, ["-m", "tests.mcp.server", "stdio", str(db)], cwd=ROOT, name=name
+        sys.executable,
+        ["-m", "tests.mcp.server", "stdio", str(db)],
+        cwd=ROOT,
+        name=name,
+        # generous on a loaded machine: a start (a Python process importing the SDK) may take
+        # seconds, and a call must not give up on a server that is only slow to start
+        connect_timeout=DEADLINE,
+        wait_connected=DEADLINE,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ async def test_an_open_breakers_snapshot_from_before_half_open_probes_still_fold
         c = await rt.spawn(Caller, "c1")
         for i in range(3):
             await c.ask(Call(n=i), timeout=5)
-    with sqlite3.connect(tmp_path / "agents.db") as con:
+    with closing(sqlite3.connect(tmp_path / "agents.db")) as con, con:
         query = "SELECT state FROM snapshots WHERE actor_id = 'breaker:flaky'"
         (blob,) = con.execute(query).fetchone()
         old = msgspec.msgpack.decode(blob)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ def fast(path: Path | str, **kw: object) -> tether.Runtime:
 
 
 def journal_len(db: Path, actor_id: str) -> int:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         return int(
             con.execute("SELECT COUNT(*) FROM journal WHERE actor_id = ?", (actor_id,)).fetchone()[
                 0
@@ -33,7 +34,7 @@ def journal_len(db: Path, actor_id: str) -> int:
 
 
 def mailbox_len(db: Path) -> int:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         return int(con.execute("SELECT COUNT(*) FROM mailbox").fetchone()[0])
 
 
@@ -266,12 +267,12 @@ async def test_recovery_from_a_snapshot_equals_the_full_fold(tmp_path: Path) -> 
         for i in range(40):
             await acct.tell(s.Deposit(amount=i))
         assert await acct.ask(s.GetBalance(), timeout=5) == sum(range(40))
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         (snap_seq,) = con.execute("SELECT seq FROM snapshots WHERE actor_id = 'acct-1'").fetchone()
     assert snap_seq == 35
     async with fast(db, snapshot_every=7) as rt:
         from_snapshot = await rt.ref("acct-1").ask(s.GetLog(), timeout=5)
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute("DELETE FROM snapshots")
     async with fast(db, snapshot_every=10**9) as rt:
         full_fold = await rt.ref("acct-1").ask(s.GetLog(), timeout=5)
@@ -405,7 +406,7 @@ async def test_an_undecodable_stored_message_is_dead_lettered_and_the_runtime_ke
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Deposit(amount=1), delay=0.3)
         await acct.tell(s.Deposit(amount=2), delay=0.3)
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         first = con.execute("SELECT MIN(seq) FROM mailbox").fetchone()[0]
         con.execute("UPDATE mailbox SET payload = x'c1ffee' WHERE seq = ?", (first,))
     async with fast(db) as rt:
@@ -426,7 +427,7 @@ async def test_messages_to_a_corrupt_journal_wait_and_other_actors_keep_working(
     async with fast(db) as rt:
         await (await rt.spawn(s.Account, "bad")).ask(s.Deposit(amount=1), timeout=5)
         await rt.spawn(s.Account, "good")
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute("UPDATE journal SET payload = x'c1' WHERE actor_id = 'bad'")
     async with fast(db) as rt:
         with pytest.raises(tether.AskTimeout):
@@ -434,7 +435,7 @@ async def test_messages_to_a_corrupt_journal_wait_and_other_actors_keep_working(
         good = rt.ref("good")
         await good.tell(s.Deposit(amount=4))
         assert await good.ask(s.GetBalance(), timeout=5) == 4
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         assert con.execute("SELECT COUNT(*) FROM mailbox WHERE actor_id = 'bad'").fetchone()[0] == 1
 
 
@@ -511,7 +512,7 @@ async def test_a_message_to_an_idle_local_actor_counts_its_attempt_in_the_insert
         assert rt.stats()["commits"] - before == 2
         await acct.tell(s.Sleep(seconds=0.3))
         await anyio.sleep(0.1)
-        with sqlite3.connect(db) as con:
+        with closing(sqlite3.connect(db)) as con, con:
             assert con.execute("SELECT attempts FROM mailbox").fetchall() == [(1,)]
 
 

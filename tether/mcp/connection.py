@@ -120,7 +120,8 @@ class McpConnection(Actor[ConnectionState]):
         link = self.link
         if link is not None and link.connected:
             return f"connected ({link.server.describe()})"
-        return f"not connected ({link.why if link is not None else 'starting'})"
+        why = link.why if link is not None else None
+        return f"not connected ({why})" if why else "not connected"
 
 
 async def link_for(rt: Any, server: McpServer, tool: str) -> Link:

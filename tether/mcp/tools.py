@@ -17,7 +17,8 @@ The recovery policy comes from the server's annotations unless the developer say
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import anyio
@@ -99,35 +100,32 @@ async def load_tools(server: McpServer, **choices: Unpack[Choices]) -> tuple[Too
     return build(server, await _list(server), **choices)
 
 
+def _require_sdk() -> None:
+    """Fail at once, saying what to install, when the mcp SDK is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None or importlib.util.find_spec("jsonschema") is None:
+        raise ConfigError("tether.mcp needs the mcp SDK and jsonschema: pip install 'tether[mcp]'")
+
+
 async def _list(server: McpServer) -> list[McpTool]:
+    _require_sdk()
     async with _connected(server) as link:
         return await link.list_tools()
 
 
-class _connected:
+@asynccontextmanager
+async def _connected(server: McpServer) -> AsyncIterator[Link]:
     """A link of our own for one use (listing, a call outside any runtime), entered and
     exited in the caller's task, whose task group runs the link."""
-
-    def __init__(self, server: McpServer) -> None:
-        self.link = Link(server)
-        self._tg: Any = None
-
-    async def __aenter__(self) -> Link:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self.link.run)
+    link = Link(server)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(link.run)
         try:
-            await self.link.wait_up(self.link.server.connect_timeout)
-        except BaseException as exc:
-            self.link.close()
-            await self._tg.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        return self.link
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        self.link.close()
-        result: bool | None = await self._tg.__aexit__(*exc_info)
-        return result
+            await link.wait_up(server.connect_timeout)
+            yield link
+        finally:
+            link.close()
 
 
 def build(server: McpServer, listed: list[McpTool], **choices: Unpack[Choices]) -> tuple[Tool, ...]:
@@ -202,7 +200,9 @@ def _tool(server: McpServer, listed: McpTool, prefix: str, chosen: dict[str, Any
             raise McpToolError(name, _text(result) or "the tool reported an error")
         return result_value(result)
 
-    call.__name__ = call.__qualname__ = name
+    # Named for logs; its qualname stays a local one, so the tool has no import path (another
+    # process cannot import it: it is made from the server's listing, in this process).
+    call.__name__ = name
     return Tool.from_schema(
         call,
         name=name,

@@ -18,8 +18,10 @@ store at rest — after an incident, with its runtimes stopped — for a verdict
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+from tether.errors import CorruptRecordError
 from tether.runtime.check_journals import check_actor
 from tether.runtime.check_ledger import check_effects, check_mail
 from tether.runtime.check_report import KINDS, CheckReport, Violation
@@ -29,6 +31,8 @@ from tether.store.records import ActorRecord
 
 #: ``progress(done, total)``: called as actors are checked (a CLI draws a bar with it).
 Progress = Callable[[int, int], None]
+
+T = TypeVar("T")
 
 #: Mailbox rows read per actor.
 MAILBOX_LIMIT = 1_000_000
@@ -52,7 +56,7 @@ async def check_runtime_store(
         report.storage = "the backend offers no check of its own storage"
 
     on_corrupt = report.on_corrupt
-    records = await store.list_actors(on_corrupt=on_corrupt)
+    records = await _listing(report, "the actors", store.list_actors(on_corrupt=on_corrupt))
     actors: dict[str, ActorRecord] = {r.actor_id: r for r in records}
     events = snapshots = 0
     for done, rec in enumerate(records, 1):
@@ -61,9 +65,9 @@ async def check_runtime_store(
         snapshots += snapshot
         if progress is not None:
             progress(done, len(records))
-    effects = await store.find_effects(on_corrupt=on_corrupt)
-    approvals = await store.find_approvals(on_corrupt=on_corrupt)
-    letters = await store.dead_letters(on_corrupt=on_corrupt)
+    effects = await _listing(report, "the ledger", store.find_effects(on_corrupt=on_corrupt))
+    approvals = await _listing(report, "the approvals", store.find_approvals(on_corrupt=on_corrupt))
+    letters = await _listing(report, "the dead letters", store.dead_letters(on_corrupt=on_corrupt))
     dead = {d.msg_id for d in letters}
     waiting = await check_mail(store, actors, effects, approvals, dead, report, limit=MAILBOX_LIMIT)
     check_effects(effects, approvals, actors, waiting, dead, report)
@@ -77,3 +81,13 @@ async def check_runtime_store(
         "dead letters": len(letters),
     }
     return report
+
+
+async def _listing(report: CheckReport, what: str, reading: Awaitable[list[T]]) -> list[T]:
+    """A whole listing, or none when the store cannot read it at all (a damaged page under
+    it): that is a violation of its own, and the check goes on with what it can read."""
+    try:
+        return await reading
+    except CorruptRecordError as exc:
+        report.add("storage_damaged", f"{what} cannot be read: {exc}")
+        return []

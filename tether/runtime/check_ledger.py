@@ -227,7 +227,12 @@ async def check_mail(
     waiting: set[str] = set()
     quarantined = {e.msg_id for e in effects if e.status == "quarantined"}
     asked = {a.msg_id for a in approvals if a.status == "pending"}
-    for actor_id in sorted(await _actors_with_mail(store)):
+    try:
+        with_mail = await _actors_with_mail(store)
+    except CorruptRecordError as exc:
+        report.add("storage_damaged", f"the mailbox cannot be scanned: {exc}")
+        with_mail = set()
+    for actor_id in sorted(with_mail):
         try:
             messages = await store.list_messages(actor_id, limit, on_corrupt=report.on_corrupt)
         except CorruptRecordError as exc:

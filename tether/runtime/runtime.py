@@ -44,6 +44,7 @@ from tether.errors import (
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.cell import Cell
 from tether.runtime.clock import Clock, SystemClock
+from tether.runtime.collector import GcPolicy, governor
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 A = TypeVar("A", bound=Actor[Any])
 
 _MAX_ID_LEN = 256
+_DEFAULT_GC = GcPolicy()
 
 
 class Runtime:
@@ -112,6 +114,10 @@ class Runtime:
         serve: False opens the store for administration only (the CLI, a web hook that
             decides approvals): no actor ever runs in this process; messages sent from it are
             stored for the runtimes that serve the store.
+        gc: what the runtime does to CPython's cyclic garbage collector while it serves
+            (process-wide; see ``tether.GcPolicy``): by default it raises the thresholds and
+            freezes long-lived objects after activations; ``GcPolicy.unchanged()`` leaves
+            the collector alone. Not applied with ``serve=False``.
         clock: the time source for delays, restart windows and backoff
             (``tether.testing.FakeClock`` in tests); also the lease clock of a store opened
             from ``path`` that has no clock of its own (SQLite, memory).
@@ -134,6 +140,7 @@ class Runtime:
         clock: Clock | None = None,
         approval_policy: ApprovalPolicy | None = None,
         serve: bool = True,
+        gc: GcPolicy = _DEFAULT_GC,
     ) -> None:
         _positive("max_attempts", max_attempts, integer=True)
         _positive("snapshot_every", snapshot_every, integer=True)
@@ -144,6 +151,8 @@ class Runtime:
         _positive("max_message_bytes", max_message_bytes, integer=True)
         if passivate_after is not None:
             _positive("passivate_after", passivate_after)
+        if not isinstance(gc, GcPolicy):
+            raise ConfigError(f"gc must be a tether.GcPolicy, not {gc!r}")
         if store is not None and durability is not None:
             # Never silently ignored: the store was opened with a durability of its own.
             raise ConfigError(
@@ -178,6 +187,7 @@ class Runtime:
         self.quarantine = Quarantine(self)
         self.approvals = Approvals(self)
         self.serving = serve
+        self.gc_policy = gc
         self.guards = Guards(self)
         self.supervision = Supervision(self, self.guards)
         self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
@@ -204,9 +214,10 @@ class Runtime:
 
     async def __aenter__(self) -> Self:
         await self.store.open()
-        if isinstance(self.store, SelfChecking) and self.store.damage_at_open:
+        if self.serving and isinstance(self.store, SelfChecking) and self.store.damage_at_open:
             # Served on: an actor whose rows are damaged is named, and left unserved, when it
-            # is read (its fold checks every event up to its head); the others go on.
+            # is read (its fold checks every event up to its head); the others go on. (An
+            # administration process says nothing: `tether check` reports it, in full.)
             telemetry.log.error(
                 "store_damaged",
                 problems=list(self.store.damage_at_open),
@@ -225,6 +236,8 @@ class Runtime:
             await self.store.close()
             raise
         self._open = True
+        if self.serving:
+            governor.enter(self.gc_policy)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
         if not self.serving:  # asks from an admin process are answered by the serving ones
@@ -274,6 +287,8 @@ class Runtime:
                     if self.serving:
                         await self.store.remove_runtime(self.runtime_id)
                 finally:
+                    if self.serving:
+                        governor.exit(self.gc_policy)
                     await self.store.close()
         self.replies.close()
         telemetry.log.debug("runtime_closed", runtime_id=self.runtime_id)
@@ -832,6 +847,7 @@ class Runtime:
             self.cells[actor_id] = cell
             self.start_soon(cell.run)
             telemetry.activations.add(1)
+            governor.activated(len(self.cells))
             return cell
         finally:
             if self._activating.get(actor_id) is done:

@@ -316,14 +316,17 @@ class Database:
             raise StoreError(f"store {self.path!r} is not open")
         return self.writer
 
-    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """The rows of one statement on the reader (its own snapshot)."""
+    async def read(self, sql: str, params: Sequence[Any] = (), *, of: str = "") -> list[Any]:
+        """The rows of one statement on the reader (its own snapshot). ``of``: what is read
+        (``"the journal of 'a'"``), named by the error if the read fails: a damaged page then
+        names the actor whose rows it holds."""
         if self.reader is None:
             raise StoreError(f"store {self.path!r} is not open")
         try:
             return await self.reader.execute_fetchall(sql, params)
         except sqlite3.Error as exc:
-            raise store_error(f"read from {self.path!r} failed", exc) from exc
+            what = f"read of {of} from" if of else "read from"
+            raise store_error(f"{what} {self.path!r} failed", exc) from exc
 
     async def transaction(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         """A small write outside the group committer, its sqlite3 errors as StoreError."""

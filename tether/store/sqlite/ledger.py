@@ -19,13 +19,14 @@ class Ledger:
 
     _db: Database
 
-    async def _read(self, sql: str, params: Any = ()) -> list[Any]:
-        return await self._db.read(sql, params)
+    async def _read(self, sql: str, params: Any = (), *, of: str = "") -> list[Any]:
+        return await self._db.read(sql, params, of=of)
 
     async def effects_of(self, actor_id: str, msg_id: str) -> list[EffectRecord]:
         found = await self._read(
             f"SELECT {rows.EFFECT_COLUMNS} FROM effects WHERE actor_id = ? AND msg_id = ? ORDER BY idx",
             (actor_id, msg_id),
+            of=f"the ledger of {actor_id!r}",
         )
         return [rows.effect(r) for r in found]
 

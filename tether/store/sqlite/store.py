@@ -135,8 +135,8 @@ class SqliteStore(Ledger, AuditLog):
         """The writer connection (tests set pragmas on it)."""
         return self._db.w()
 
-    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return await self._db.read(sql, params)
+    async def _read(self, sql: str, params: Sequence[Any] = (), *, of: str = "") -> list[Any]:
+        return await self._db.read(sql, params, of=of)
 
     async def _write(self, sql_params: list[tuple[str, Sequence[Any]]]) -> list[int]:
         """A small write outside the group committer: each statement's changed-row count."""
@@ -163,7 +163,9 @@ class SqliteStore(Ledger, AuditLog):
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
         found = await self._read(
-            f"SELECT {rows.ACTOR_COLUMNS} FROM actors WHERE actor_id = ?", (actor_id,)
+            f"SELECT {rows.ACTOR_COLUMNS} FROM actors WHERE actor_id = ?",
+            (actor_id,),
+            of=f"the record of {actor_id!r}",
         )
         return rows.actor(found[0]) if found else None
 
@@ -181,13 +183,18 @@ class SqliteStore(Ledger, AuditLog):
         return [ActorRecord(*r) for r in checked]
 
     async def load_snapshot(self, actor_id: str) -> Snapshot | None:
-        found = await self._read("SELECT seq, state FROM snapshots WHERE actor_id = ?", (actor_id,))
+        found = await self._read(
+            "SELECT seq, state FROM snapshots WHERE actor_id = ?",
+            (actor_id,),
+            of=f"the snapshot of {actor_id!r}",
+        )
         return Snapshot(seq=found[0][0], state=found[0][1]) if found else None
 
     async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
         found = await self._read(
             "SELECT seq, payload FROM journal WHERE actor_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (actor_id, after_seq, limit),
+            of=f"the journal of {actor_id!r}",
         )
         return [JournalRow(seq, payload) for seq, payload in found]
 
@@ -201,6 +208,7 @@ class SqliteStore(Ledger, AuditLog):
             "FROM mailbox WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at "
             "OR typeof(deliver_at) NOT IN ('real', 'integer')) ORDER BY seq LIMIT ?",
             (actor_id, now, limit),
+            of=f"the mailbox of {actor_id!r}",
         )
         if on_corrupt is not None or not rows.all_typed(found, rows.MAILBOX_TYPES):
             found = list(
