@@ -48,6 +48,7 @@ from tether.runtime.approval_desk import Approvals
 from tether.runtime.guards import Guards
 from tether.runtime.journal import decoders, fold
 from tether.runtime.kernel import Kernel, Staged
+from tether.runtime.reads import Reader
 from tether.runtime.step import Deactivate, Exit, Step, SupervisorFailed, current_step
 from tether.runtime.supervision import Decision, Supervision
 from tether.store.records import (
@@ -111,6 +112,8 @@ class CellHost(Kernel, Protocol):
     @property
     def supervision(self) -> Supervision: ...
     @property
+    def reads(self) -> Reader: ...
+    @property
     def claimed(self) -> set[str]: ...
     # msg id -> attempt -> why it did not finish (its commit failed), for its error history
     @property
@@ -160,6 +163,9 @@ class Cell:
         self.runtime = runtime
         self.parent_id = parent_id
         self.ready = asyncio.Event()
+        # Set the first time its mailbox is empty (or it exits): an activation's place in the
+        # runtime's ActivationQueue is held until then, at most a while.
+        self.caught_up = asyncio.Event()
         self.scope = anyio.CancelScope()
         self.local_seq = 0
         self.current: StoredMessage | None = None  # the message being delivered
@@ -438,6 +444,7 @@ class Cell:
                 self._idle_timer.cancel()
                 self._idle_timer = None
             self.ready.set()
+            self.caught_up.set()
             self.runtime.cell_exited(self)
             self.exited.set()
 
@@ -505,7 +512,7 @@ class Cell:
         the instance, now the live one."""
         instance = self._new_instance()
         state, seq = await fold(
-            self.runtime.store, self.runtime.encode, self.spec, self._actor_id, instance
+            self.runtime.reads, self.runtime.encode, self.spec, self._actor_id, instance
         )
         self._state, self.seq, self.instance = state, seq, instance
         return instance
@@ -551,6 +558,8 @@ class Cell:
                 return self.buffer[0]
             if expired:
                 return None
+            if not self.caught_up.is_set():
+                self.caught_up.set()
             self.wake.clear()
             # Re-check after clearing: a leave() or stop during the rescan set wake already.
             if self.stop_reason is not None or self.leaving or self.rescan_requested:
@@ -594,7 +603,7 @@ class Cell:
 
     async def _rescan(self) -> None:
         """Pick up messages stored by other processes (or before this activation)."""
-        rows = await self.runtime.store.pending(
+        rows = await self.runtime.reads.pending(
             self._actor_id, self.runtime.clock(), 1000, on_corrupt=self._corrupt_message
         )
         fresh = [m for m in rows if m.msg_id not in self.known]

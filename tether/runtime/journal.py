@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -19,10 +19,20 @@ from tether.actors.actor import Actor, ActorSpec, actor_spec
 from tether.errors import CorruptRecordError
 from tether.runtime.kernel import Kernel
 from tether.runtime.spawn_args import decode_init
-from tether.store.protocol import Store
-from tether.store.records import ActorRecord, JournalRow
+from tether.store.records import ActorRecord, JournalRow, Snapshot
 
 _encode = msgspec.msgpack.Encoder().encode
+
+
+class JournalReads(Protocol):
+    """The reads a fold makes: a ``Store``, or the runtime's ``Reader``, which gathers them
+    with other activations' reads into one store call."""
+
+    async def get_actor(self, actor_id: str) -> ActorRecord | None: ...
+    async def load_snapshot(self, actor_id: str) -> Snapshot | None: ...
+    async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]: ...
+
+
 _JOURNAL_CHUNK = 20_000  # rows per journal read: few thread hops, bounded memory
 
 _Decoders = tuple[
@@ -34,7 +44,7 @@ _decoders: dict[type[Any], _Decoders] = {}
 
 
 async def fold(
-    store: Store,
+    store: JournalReads,
     encode: Callable[[Any], bytes],
     spec: ActorSpec,
     actor_id: str,

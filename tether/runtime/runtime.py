@@ -41,6 +41,7 @@ from tether.errors import (
     RuntimeClosed,
     StoreError,
 )
+from tether.runtime.activations import ActivationQueue
 from tether.runtime.approval_desk import Approvals
 from tether.runtime.cell import Cell
 from tether.runtime.clock import Clock, SystemClock
@@ -52,6 +53,7 @@ from tether.runtime.journal import folded
 from tether.runtime.kernel import ActiveCell
 from tether.runtime.mail import Mail, check_type, due_now
 from tether.runtime.quarantine import Quarantine
+from tether.runtime.reads import Reader
 from tether.runtime.replies import Replies
 from tether.runtime.scheduler import Scheduler
 from tether.runtime.spawn_args import decode_init
@@ -84,6 +86,7 @@ A = TypeVar("A", bound=Actor[Any])
 
 _MAX_ID_LEN = 256
 _DEFAULT_GC = GcPolicy()
+_ACTIVATING_AT_ONCE = 128  # activations under way at a time (tether.runtime.activations)
 
 
 class Runtime:
@@ -179,6 +182,7 @@ class Runtime:
         self.host = this_host()  # the same-host shortcut's identity (tether.store.hosts)
         self.runtime_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self.committer = GroupCommitter(store, on_stored=self._message_stored)
+        self.reads = Reader(store)  # activation reads, gathered (tether.runtime.reads)
         self.cells: dict[str, Cell] = {}
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
         # msg id -> attempt -> why it did not finish (its commit failed), for its error history
@@ -198,6 +202,9 @@ class Runtime:
         self._known: dict[str, tuple[ActorSpec, str]] = {}  # actor id -> (spec, status)
         self.replies = Replies(store, self._spec_only)
         self._activating: dict[str, asyncio.Event] = {}  # in progress; set when done
+        self._to_activate = ActivationQueue(
+            self._activate_quietly, self.start_soon, _ACTIVATING_AT_ONCE
+        )
         self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
@@ -240,6 +247,7 @@ class Runtime:
             governor.enter(self.gc_policy)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
+        self._tg.start_soon(self.reads.run)
         if not self.serving:  # asks from an admin process are answered by the serving ones
             self._tg.start_soon(self._keep_running, "reply_poll", self._reply_poller)
         if self.serving:
@@ -747,11 +755,11 @@ class Runtime:
             and actor_id not in self._activating
             and actor_id not in self.cells
         ):
-            self.start_soon(self._activate_quietly, actor_id)
+            self._to_activate.add(actor_id)  # in the order found, a bounded number at a time
 
-    async def _activate_quietly(self, actor_id: str) -> None:
+    async def _activate_quietly(self, actor_id: str) -> Cell | None:
         try:
-            await self._activate(actor_id)
+            return await self._activate(actor_id)
         except CorruptRecordError as exc:
             # Its row (or its parent's) is damaged: it is not served, its mail waits in the
             # mailbox until the row is repaired. Logged once; retried after the backoff.
@@ -760,6 +768,7 @@ class Runtime:
         except Exception as exc:  # noqa: BLE001 - recorded; retried after a backoff
             telemetry.log.error("activation_failed", actor_id=actor_id, error=repr(exc))
             self.activation_failed(actor_id, exc)
+        return None
 
     @staticmethod
     def report_corrupt_actor(actor_id: str, exc: CorruptRecordError) -> None:
@@ -795,7 +804,7 @@ class Runtime:
             return None
         done = self._activating[actor_id] = asyncio.Event()
         try:
-            rec = await self.store.get_actor(actor_id)
+            rec = await self.reads.get_actor(actor_id)
             if rec is None:
                 # Every send checks the registry, so only a damaged store holds mail for an
                 # actor it does not know: dead-letter that mail, with the reason, at once.

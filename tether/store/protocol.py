@@ -45,7 +45,11 @@ pid namespace on one boot of one kernel, and a runtime only ever asks about a pi
 own identity: another host's runtime is left to its lease's expiry.
 
 **Optional fast paths are declared, never guessed.** ``immediate`` is a store's synchronous
-write path (``ImmediateWrites``) or None; the committer uses it when it is there.
+write path (``ImmediateWrites``) or None; the committer uses it when it is there. A store may
+also have a ``batched_reads`` attribute (``tether.store.reads.BatchedReads``: many actors'
+record, snapshot, journal and mail reads in one call); the runtime gathers the reads of many
+activations into one call when it is there, and reads one call at a time when it is absent or
+None (it is not part of this protocol, so a store written before it needs no change).
 
 "Due", here and in ``pending``, ``scan_messages`` and ``orphaned``: ``deliver_at <= now``, or
 sent without a delay (``deliver_at == created_at``): such a message is due at once even if the

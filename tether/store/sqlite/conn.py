@@ -233,6 +233,20 @@ def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list
     return conn.execute(sql, params).fetchall()
 
 
+def _fetch_each(
+    conn: sqlite3.Connection, queries: Sequence[tuple[str, Sequence[Any]]]
+) -> list[list[Any] | sqlite3.Error]:
+    """Each statement's rows, or the error it alone failed with (a damaged page is one
+    actor's: the others are still read)."""
+    out: list[list[Any] | sqlite3.Error] = []
+    for sql, params in queries:
+        try:
+            out.append(conn.execute(sql, params).fetchall())
+        except sqlite3.Error as exc:
+            out.append(exc)
+    return out
+
+
 def run_inline_fn(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     return run_inline(fn(*args))
 
@@ -327,6 +341,19 @@ class Database:
         except sqlite3.Error as exc:
             what = f"read of {of} from" if of else "read from"
             raise store_error(f"{what} {self.path!r} failed", exc) from exc
+
+    async def read_each(
+        self, queries: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[Any] | sqlite3.Error]:
+        """The rows of each statement, in order, all in one hop to the reader; a statement
+        that failed alone has its error in its place."""
+        if self.reader is None:
+            raise StoreError(f"store {self.path!r} is not open")
+        reader = self.reader
+        try:
+            return await reader.call(_fetch_each, reader.conn, queries)
+        except sqlite3.Error as exc:
+            raise store_error(f"read from {self.path!r} failed", exc) from exc
 
     async def transaction(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         """A small write outside the group committer, its sqlite3 errors as StoreError."""

@@ -27,6 +27,7 @@ import anyio
 
 from tether.errors import CorruptRecordError, StoreError, StoreOpenError
 from tether.store.admin import OnCorrupt
+from tether.store.reads import BatchedReads, GetActor, LoadJournal, LoadSnapshot, Pending, Read
 from tether.store.records import (
     ActorRecord,
     AuditRecord,
@@ -44,7 +45,7 @@ from tether.store.records import (
 )
 from tether.store.sequence import cursor_at, seq_after
 from tether.store.sqlite import audit as audit_log
-from tether.store.sqlite import migrations, reuse, rows, writes
+from tether.store.sqlite import migrations, reads, reuse, rows, writes
 from tether.store.sqlite.audit import AuditLog
 from tether.store.sqlite.conn import Connection, Database, Tx, chunks
 from tether.store.sqlite.ledger import Ledger
@@ -162,12 +163,8 @@ class SqliteStore(Ledger, AuditLog):
         return self.clock()
 
     async def get_actor(self, actor_id: str) -> ActorRecord | None:
-        found = await self._read(
-            f"SELECT {rows.ACTOR_COLUMNS} FROM actors WHERE actor_id = ?",
-            (actor_id,),
-            of=f"the record of {actor_id!r}",
-        )
-        return rows.actor(found[0]) if found else None
+        found = await self._read(reads.GET_ACTOR, (actor_id,), of=reads.of(GetActor(actor_id)))
+        return reads.actor(found)
 
     async def list_actors(
         self, *, parent_id: str | None = None, on_corrupt: OnCorrupt | None = None
@@ -184,63 +181,35 @@ class SqliteStore(Ledger, AuditLog):
 
     async def load_snapshot(self, actor_id: str) -> Snapshot | None:
         found = await self._read(
-            "SELECT seq, state FROM snapshots WHERE actor_id = ?",
-            (actor_id,),
-            of=f"the snapshot of {actor_id!r}",
+            reads.LOAD_SNAPSHOT, (actor_id,), of=reads.of(LoadSnapshot(actor_id))
         )
-        return Snapshot(seq=found[0][0], state=found[0][1]) if found else None
+        return reads.snapshot(found)
 
     async def load_journal(self, actor_id: str, after_seq: int, limit: int) -> list[JournalRow]:
         found = await self._read(
-            "SELECT seq, payload FROM journal WHERE actor_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            reads.LOAD_JOURNAL,
             (actor_id, after_seq, limit),
-            of=f"the journal of {actor_id!r}",
+            of=reads.of(LoadJournal(actor_id, after_seq, limit)),
         )
-        return [JournalRow(seq, payload) for seq, payload in found]
+        return reads.journal(found)
 
     async def pending(
         self, actor_id: str, now: float, limit: int, *, on_corrupt: OnCorrupt | None = None
     ) -> list[StoredMessage]:
-        # A deliver_at that is not a number is never "<= now" (SQLite orders text after every
-        # number): such a row is read too, to be reported, not left waiting unseen.
         found = await self._read(
-            f"SELECT {rows.MAILBOX_COLUMNS} "
-            "FROM mailbox WHERE actor_id = ? AND (deliver_at <= ? OR deliver_at = created_at "
-            "OR typeof(deliver_at) NOT IN ('real', 'integer')) ORDER BY seq LIMIT ?",
-            (actor_id, now, limit),
-            of=f"the mailbox of {actor_id!r}",
+            reads.PENDING, (actor_id, now, limit), of=reads.of(Pending(actor_id, now, limit))
         )
-        if on_corrupt is not None or not rows.all_typed(found, rows.MAILBOX_TYPES):
-            found = list(
-                rows.checked("mailbox", found, rows.MAILBOX_TYPES, on_corrupt, rows.msg_key)
-            )
-        return [
-            StoredMessage(
-                msg_id=msg_id,
-                actor_id=actor_id,
-                type=type_,
-                payload=payload,
-                deliver_at=deliver_at,
-                attempts=attempts,
-                errors=rows.decode_errors(errors, msg_id),
-                wants_reply=bool(wants_reply),
-                seq=seq,
-                parks=parks,
-                traceparent=traceparent,
-            )
-            for (
-                seq,
-                msg_id,
-                type_,
-                payload,
-                deliver_at,
-                attempts,
-                errors,
-                wants_reply,
-                parks,
-                traceparent,
-            ) in found
-        ]
+        return reads.pending(found, actor_id, on_corrupt)
+
+    @property
+    def batched_reads(self) -> BatchedReads:
+        return self
+
+    async def read_many(self, batch: Sequence[Read]) -> list[object]:
+        """``tether.store.reads.BatchedReads``: every read's statement in one hop to the
+        reader thread, each on its own snapshot (as the single reads are)."""
+        found = await self._db.read_each([reads.query(r) for r in batch])
+        return [reads.shape(r, f, self.path) for r, f in zip(batch, found, strict=True)]
 
     async def list_messages(
         self, actor_id: str, limit: int, *, on_corrupt: OnCorrupt | None = None

@@ -47,6 +47,7 @@ pytest.register_assert_rewrite(
             "ledger",
             "mail",
             "parks",
+            "reads",
             "reuse",
             "steps",
             "support",
@@ -66,6 +67,7 @@ from tether.testing.conformance.leases import *  # noqa: E402, F403
 from tether.testing.conformance.ledger import *  # noqa: E402, F403
 from tether.testing.conformance.mail import *  # noqa: E402, F403
 from tether.testing.conformance.parks import *  # noqa: E402, F403
+from tether.testing.conformance.reads import *  # noqa: E402, F403
 from tether.testing.conformance.reuse import *  # noqa: E402, F403
 from tether.testing.conformance.steps import *  # noqa: E402, F403
 from tether.testing.conformance.support import (  # noqa: E402
