@@ -55,7 +55,7 @@ async def eventually(check: Any, timeout: float = 10.0) -> Any:
             await anyio.sleep(0.01)
 
 
-async def _build(db: Path) -> None:
+async def _build(db: Path | str) -> None:
     """b1 waits for approval of a wire; a1's email is quarantined after its refund ran; acct
     has one event in its journal and one message in the dead letters."""
     fx.SCRIPT["send_email"] = [HANG]
@@ -679,7 +679,7 @@ def test_the_store_is_named_by_url_on_the_command_line_and_in_tether_db(
     [
         (":memory:", "exists only inside the process that made it"),
         ("memory://", "exists only inside the process that made it"),
-        ("postgresql://db/agents", "pip install 'tether[postgres]'"),
+        ("postgresql://postgres@127.0.0.1:1/agents", "cannot open store"),
         ("nosuch://x", "unknown store URL scheme 'nosuch'"),
         ("sqlite:///nope.db", "no store at 'nope.db'"),
     ],

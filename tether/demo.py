@@ -1,4 +1,5 @@
-"""``tether demo``: a refund agent survives a SIGKILL mid-refund, on the embedded SQLite default.
+"""``tether demo``: a refund agent survives a SIGKILL mid-refund, on the embedded SQLite default
+(or on PostgreSQL: ``tether demo --db postgresql://…``).
 
 The demo starts a fake payments service (its own process and SQLite file; it honors
 idempotency keys) and a worker process running a ``RefundAgent`` session per customer
@@ -34,6 +35,7 @@ import structlog
 import tether
 from tether.demo_agent import CUSTOMERS, FRAUD_BREAKER, VICTIM, Customer, customer, money
 from tether.runtime.approvals import view
+from tether.store.open import scheme_of, shown, sqlite_path
 from tether.testing.payments import PaymentsService, refunds
 
 WORKER_TIMEOUT = 45.0  # seconds a worker may run before the demo gives up on it
@@ -45,23 +47,66 @@ APPROVER = "demo-operator"
 
 @dataclass(frozen=True)
 class Files:
-    store: Path  # the tether store
+    store: str  # the tether store: an SQLite file's path, or a PostgreSQL URL
     payments: Path  # the payments service's own SQLite file
     log: Path  # the workers' logs: tether's warnings, as JSON lines
+    kind: str  # what the store is, for people to read
 
     @classmethod
     def fresh(cls, db: str) -> Files:
-        store = Path(db).resolve()
-        files = cls(
-            store,
-            store.with_name(f"{store.stem}-payments.db"),
-            store.with_name(f"{store.stem}.log"),
-        )
-        for path in (files.store, files.payments):
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        if scheme_of(db) in ("postgresql", "postgres"):
+            url, kind = _fresh_postgres(db)
+            here = Path.cwd() / "tether-demo"
+            files = cls(
+                url, here.with_name("tether-demo-payments.db"), here.with_suffix(".log"), kind
+            )
+            Path(f"{files.payments}").unlink(missing_ok=True)
+        else:
+            store = Path(sqlite_path(db)).resolve()
+            files = cls(
+                str(store),
+                store.with_name(f"{store.stem}-payments.db"),
+                store.with_name(f"{store.stem}.log"),
+                "embedded SQLite, a fresh file",
+            )
+            for path in (files.store, files.payments):
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
         files.log.unlink(missing_ok=True)
         return files
+
+
+DEMO_SCHEMA = "tether_demo"  # the schema the demo owns in a PostgreSQL database not told one
+
+
+def _fresh_postgres(url: str) -> tuple[str, str]:
+    """The demo's store in the PostgreSQL database ``url`` names, empty: the schema
+    ``tether_demo`` (dropped and made again: the demo owns it), or the schema the URL names
+    (``?schema=``), which must hold no tables — the demo never empties a store of yours."""
+    import psycopg
+
+    from tether.store.postgres.store import split_schema, with_schema
+
+    dsn, schema = split_schema(url, None)
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            if schema is None:
+                schema = DEMO_SCHEMA
+                conn.execute(f"DROP SCHEMA IF EXISTS {DEMO_SCHEMA} CASCADE")
+                kind = f"PostgreSQL, schema {DEMO_SCHEMA}, made afresh for the demo"
+            else:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+                ).fetchone()
+                if row is not None and row[0]:
+                    raise tether.ConfigError(
+                        f"schema {schema!r} holds tables already: the demo needs an empty store "
+                        f"(leave out ?schema= and it uses a schema of its own, {DEMO_SCHEMA})"
+                    )
+                kind = f"PostgreSQL, schema {schema}, empty"
+    except psycopg.Error as exc:
+        raise tether.StoreOpenError(f"cannot reach the demo's PostgreSQL store: {exc}") from exc
+    return with_schema(dsn, schema), kind
 
 
 @dataclass
@@ -75,7 +120,7 @@ class Worker:
     @classmethod
     def start(cls, number: int, files: Files, url: str, *, kill: bool) -> Worker:
         code = "from tether.demo_agent import main; main()"
-        argv = [sys.executable, "-c", code, str(files.store), url, str(files.log)]
+        argv = [sys.executable, "-c", code, files.store, url, str(files.log)]
         with files.log.open("a") as log:  # tracebacks, if any, land next to tether's logs
             proc = subprocess.Popen(
                 argv + (["--kill"] if kill else []),
@@ -191,7 +236,7 @@ class Story:
             about(customer(e["session"]), f'answers: "{e["text"]}"')
 
     def on_waiting(self, worker: Worker, e: dict[str, Any]) -> None:
-        self.decided += anyio.run(_approve_pending, str(self.files.store))
+        self.decided += anyio.run(_approve_pending, self.files.store)
 
 
 def _by_order(order_id: str) -> Customer:
@@ -278,7 +323,7 @@ def run(db: str = "tether-demo.db") -> int:
     started = time.monotonic()
     files = Files.fresh(db)
     say("tether demo: a refund agent serves 4 customers; its worker is killed mid-refund")
-    say(f"  store     {files.store} (embedded SQLite, a fresh file)")
+    say(f"  store     {shown(files.store)} ({files.kind})")
     with PaymentsService.start(files.payments) as payments:
         say(f"  payments  a fake payments service (pid {payments.proc.pid}) that honors")
         say(f"            idempotency keys; it records refunds in {files.payments.name}")
@@ -294,7 +339,7 @@ def run(db: str = "tether-demo.db") -> int:
         for event in second.events():
             story.tell(second, event)
         say(f"Worker 2 finished: {second.exit}.")
-    facts, breaker = anyio.run(_facts, str(files.store))
+    facts, breaker = anyio.run(_facts, files.store)
     say()
     _table(files, facts)
     say()
@@ -395,8 +440,8 @@ def _checks(
 
 
 def _footer(files: Files, ok: bool) -> None:
-    db = shlex.quote(str(files.store))
-    say(f"\nstore: {files.store}")
+    db = shlex.quote(shown(files.store))
+    say(f"\nstore: {shown(files.store)}")
     say("inspect it:")
     for command in (
         "tether sessions",
@@ -418,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--db",
         "--store",
         default="tether-demo.db",
-        help="store file to create (default: %(default)s)",
+        help="store file to create, or a PostgreSQL URL (default: %(default)s)",
     )
     return run(parser.parse_args(argv).db)
 

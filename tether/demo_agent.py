@@ -9,7 +9,7 @@ The demo (``tether.demo``) runs :func:`main` in a child process, twice, on the s
   agent is told the tool is unavailable, and when to retry; the model goes on without it;
 * a refund over :data:`APPROVAL_LIMIT` goes through ``big_refund``, which needs a person's
   approval: the session waits, the worker goes on with the other customers;
-* in the first run, :class:`KillingStore` SIGKILLs the worker right after the victim's refund
+* in the first run, :func:`killing` SIGKILLs the worker right after the victim's refund
   succeeded at the payments service and right before its receipt is committed.
 
 The worker reports what happens as JSON lines on stdout (``{"event": ..., ...}``); the demo
@@ -36,6 +36,7 @@ import structlog
 
 import tether
 from tether.actors.context import ChatMessage, ToolCallRecord
+from tether.store.protocol import Store
 from tether.store.records import Batch, BatchResult
 from tether.testing.model import ScriptedModel
 from tether.testing.payments import PaymentsClient
@@ -249,23 +250,23 @@ class RefundAgent(tether.AgentSession):
 # -- the kill -------------------------------------------------------------------------------
 
 
-class KillingStore(tether.SqliteStore):
-    """A store that SIGKILLs its own process right before committing the batch that holds the
-    receipt of ``victim``'s refund: the payments service has made the refund, the store will
-    never know it did. (A tool with ``recovery="retry"`` has its receipt committed with the
-    step, so this is also the step's commit.)"""
+def killing(store: Store, *, victim: str) -> Store:
+    """``store``, made to SIGKILL its own process right before committing the batch that holds
+    the receipt of ``victim``'s refund: the payments service has made the refund, the store
+    will never know it did. (A tool with ``recovery="retry"`` has its receipt committed with
+    the step, so this is also the step's commit.) Any backend: SQLite or PostgreSQL."""
+    commit = store.apply
 
-    def __init__(self, path: str, *, victim: str) -> None:
-        super().__init__(path)
-        self.victim = victim
-
-    async def apply(self, batch: Batch) -> BatchResult:
+    async def apply(batch: Batch) -> BatchResult:
         for w in batch.effects:
             rec = w.record
-            if rec.actor_id == self.victim and rec.tool == "refund" and rec.status == "done":
-                emit("dying", session=self.victim, key=rec.key, pid=os.getpid())
+            if rec.actor_id == victim and rec.tool == "refund" and rec.status == "done":
+                emit("dying", session=victim, key=rec.key, pid=os.getpid())
                 os.kill(os.getpid(), signal.SIGKILL)
-        return await super().apply(batch)
+        return await commit(batch)
+
+    store.apply = apply  # type: ignore[method-assign]  # this instance only
+    return store
 
 
 # -- the worker -----------------------------------------------------------------------------
@@ -276,8 +277,10 @@ ASK_TIMEOUT = 30.0
 async def work(db: str, kill: bool) -> None:
     """Open the store, (re)spawn a session per customer, send each its request (with a dedup
     key, so a second worker re-sending them starts nothing new) and report what happens."""
-    store = KillingStore(db, victim=VICTIM) if kill else tether.SqliteStore(db)
-    async with tether.Runtime(db, store=store, poll_interval=0.05) as rt:
+    store = tether.open_store(db)
+    if kill:
+        store = killing(store, victim=VICTIM)
+    async with tether.Runtime(store=store, poll_interval=0.05) as rt:
         for c in CUSTOMERS:
             await rt.spawn(RefundAgent, c.session, goal=GOAL, constraints=CONSTRAINTS)
         emit("ready", pid=os.getpid(), sessions=[c.session for c in CUSTOMERS])

@@ -98,8 +98,9 @@ def test_a_decision_made_while_the_agent_is_down_is_posted_once_it_is_back(
         assert second.wait(WAIT) == 0
 
     events = ids_by_event(receiver)
-    # One request notice, under one delivery id: posted again by agent-2 when the kill came
-    # before agent-1 recorded the receiver's answer (at least once, as a webhook is).
+    # The kill can land after the receiver got the request's notice but before the sender
+    # recorded its delivery: it is then posted again, under the same delivery id (the test
+    # above makes that happen on purpose). Never under a second id.
     assert len(set(events["approval.requested"])) == 1
     [decided] = events["approval.decided"]
     assert receiver.by_id()[decided][0].json["request"]["status"] == "rejected"

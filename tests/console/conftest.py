@@ -22,11 +22,16 @@ BASE = "http://console.test"
 
 @dataclass
 class Store:
-    db: Path
+    db: Path | str  # an SQLite file, or a PostgreSQL store's URL
     requests: dict[str, str]  # session id -> its pending request id
 
 
-def hold(db: Path, orders: dict[str, type[Any]]) -> Store:
+#: The sessions every console test's store holds: refund-42 and refund-43 wait for one approver
+#: each, refund-44 for two.
+ORDERS: dict[str, type[Any]] = {"42": RefundAgent, "43": RefundAgent, "44": CarefulRefundAgent}
+
+
+def hold(db: Path | str, orders: dict[str, type[Any]]) -> Store:
     """Run an agent runtime on ``db`` until each session (``refund-<order>``, of the class
     given) holds its refund for approval; then close it. The requests, by session."""
 
@@ -46,16 +51,21 @@ def hold(db: Path, orders: dict[str, type[Any]]) -> Store:
 @pytest.fixture(scope="session")
 def _template(tmp_path_factory: pytest.TempPathFactory) -> Store:
     db = tmp_path_factory.mktemp("console") / "agents.db"
-    return hold(db, {"42": RefundAgent, "43": RefundAgent, "44": CarefulRefundAgent})
+    return hold(db, ORDERS)
+
+
+def copy_of(template: Store, folder: Path) -> Store:
+    """A fresh copy of the template's SQLite file in ``folder``."""
+    db = folder / "agents.db"
+    db.write_bytes(Path(template.db).read_bytes())
+    return Store(db, dict(template.requests))
 
 
 @pytest.fixture
 def store(_template: Store, tmp_path: Path) -> Store:
     """A fresh copy of a store where refund-42 and refund-43 (one approver each) and
     refund-44 (two approvers) wait for approval."""
-    db = tmp_path / "agents.db"
-    db.write_bytes(_template.db.read_bytes())
-    return Store(db, dict(_template.requests))
+    return copy_of(_template, tmp_path)
 
 
 @dataclass
@@ -109,11 +119,11 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def audit_of(db: Path) -> list[tether.AuditRecord]:
+async def audit_of(db: Path | str) -> list[tether.AuditRecord]:
     async with tether.Runtime(db, serve=False) as rt:
         return list(reversed(await rt.store.list_audit(limit=1000)))
 
 
-def audit(db: Path) -> list[tether.AuditRecord]:
+def audit(db: Path | str) -> list[tether.AuditRecord]:
     """The store's audit log, oldest first."""
     return anyio.run(audit_of, db, backend="asyncio")

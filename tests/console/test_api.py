@@ -1,6 +1,7 @@
 """The console's JSON API under Starlette's test client: credentials and roles, each status
 code (401, 403, 404, 409, 410, 415, 422), quorums of distinct identities, the audit rows of
-allowed and refused attempts, and that what was approved is what runs, once."""
+allowed and refused attempts, and that what was approved is what runs, once — on an SQLite
+file and on PostgreSQL (each audit row is written in its decision's transaction on both)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,25 @@ import anyio
 import pytest
 
 import tether
-from tests.console.conftest import Client, Store, Tokens, audit, bearer
-from tests.sqlite_files import dump
+from tests.console.conftest import ORDERS, Client, Store, Tokens, audit, bearer, copy_of, hold
+from tests.pg import dump as pg_dump
+from tests.sqlite_files import dump as sqlite_dump
 
 pytestmark = pytest.mark.usefixtures("store")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, _template: Store, tmp_path: Path) -> Store:
+    """The console's store (``tests/console/conftest.py``), once as an SQLite file and once
+    in PostgreSQL (made by a runtime in a fresh schema)."""
+    if request.param == "sqlite":
+        return copy_of(_template, tmp_path)
+    return hold(str(request.getfixturevalue("pg_url")), ORDERS)
+
+
+def dump(db: Path | str) -> list[str]:
+    """Every row of the store, whichever its backend."""
+    return sqlite_dump(db) if isinstance(db, Path) else pg_dump(db)
 
 
 def post(client: object, path: str, token: str, body: object) -> object:

@@ -30,15 +30,18 @@ def _fresh() -> Iterator[None]:
     sample_actors.failures.clear()
 
 
-def runtime(path: Path, **kw: Any) -> tether.Runtime:
+def runtime(where: Path | str, **kw: Any) -> tether.Runtime:
+    """A runtime on the store at ``where``: a folder (its SQLite file), or a store URL."""
     kw.setdefault("poll_interval", NEVER)
-    return tether.Runtime(path / "store.db", max_attempts=2, **kw)
+    return tether.Runtime(
+        where / "store.db" if isinstance(where, Path) else where, max_attempts=2, **kw
+    )
 
 
 async def test_a_message_that_fails_max_attempts_times_answers_its_asker_at_once(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         acct = await rt.spawn(Account, "acct")
         with anyio.fail_after(30), pytest.raises(tether.MessageDeadLettered) as caught:
             await acct.ask(Fail(key="f"), timeout=NEVER)
@@ -50,11 +53,11 @@ async def test_a_message_that_fails_max_attempts_times_answers_its_asker_at_once
 
 
 async def test_the_messages_a_stop_dead_letters_answer_their_askers_at_once(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """A stop lets the current message finish and moves the rest to the dead letters: their
     askers are told now (on main they waited for the scheduler's poll of stored replies)."""
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         acct = await rt.spawn(Account, "acct")
         await acct.tell(Sleep(seconds=0.3))
         outcome: dict[str, BaseException] = {}
@@ -77,9 +80,9 @@ async def test_the_messages_a_stop_dead_letters_answer_their_askers_at_once(
 
 
 async def test_an_actor_that_stops_itself_answers_the_asks_queued_behind_it(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         acct = await rt.spawn(Account, "acct")
         await acct.tell(Sleep(seconds=0.3))
         await acct.tell(StopMe(reason="done for the day"))
@@ -89,11 +92,11 @@ async def test_an_actor_that_stops_itself_answers_the_asks_queued_behind_it(
 
 
 async def test_a_task_a_stopped_session_never_finishes_answers_its_asker_at_once(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """A session defers the reply to a UserMessage until the task ends: stopped meanwhile,
     no step will ever answer it, so the asker gets ActorStopped now."""
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         s = await rt.spawn(sa.SlowAgent, "s1", goal="Look orders up")
         outcome: dict[str, BaseException] = {}
 
@@ -114,12 +117,12 @@ async def test_a_task_a_stopped_session_never_finishes_answers_its_asker_at_once
     assert error.reason == "the operator stopped it"
 
 
-async def test_an_asker_in_another_process_gets_the_stored_dead_letter(tmp_path: Path) -> None:
+async def test_an_asker_in_another_process_gets_the_stored_dead_letter(store_url: str) -> None:
     """The asker is an administration process (the CLI, a web hook) on the same store: the
     dead letter's error history is stored as the ask's reply, and read back from there."""
-    async with runtime(tmp_path, poll_interval=0.02) as rt:
+    async with runtime(store_url, poll_interval=0.02) as rt:
         await rt.spawn(Account, "acct")
-        async with tether.Runtime(tmp_path / "store.db", serve=False, poll_interval=0.02) as admin:
+        async with tether.Runtime(store_url, serve=False, poll_interval=0.02) as admin:
             with anyio.fail_after(30), pytest.raises(tether.MessageDeadLettered) as caught:
                 await admin.ref("acct").ask(Fail(key="f"), timeout=NEVER)
     assert caught.value.errors[-1] == "failed 2 times; max_attempts=2"

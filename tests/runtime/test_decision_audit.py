@@ -189,9 +189,9 @@ async def test_an_invalid_modification_is_refused_naming_the_field_and_audited(
     assert "cents" in row.detail
 
 
-async def test_a_deadlines_default_outcome_is_audited_as_the_policys(tmp_path: Path) -> None:
+async def test_a_deadlines_default_outcome_is_audited_as_the_policys(store_url: str) -> None:
     clock = FakeClock()
-    async with tether.Runtime(tmp_path / "a.db", clock=clock, poll_interval=0.02) as rt:
+    async with tether.Runtime(store_url, clock=clock, poll_interval=0.02) as rt:
         await held(rt, HastyBanker)
         clock.advance(1.0)
         assert await outcomes(rt, "b1") == [
@@ -220,11 +220,11 @@ async def test_a_handlers_decision_is_audited_as_the_policys(rt: tether.Runtime)
 
 
 async def test_an_audit_row_that_cannot_be_written_rolls_the_decision_back(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """On SQLite the decision and its audit row are one transaction: an audit row the store
     cannot write leaves the request as it was."""
-    async with tether.Runtime(tmp_path / "a.db", poll_interval=0.02) as rt:
+    async with tether.Runtime(store_url, poll_interval=0.02) as rt:
         request = await held(rt, Banker)
         [record] = await rt.store.find_approvals(request_id=request.request_id)
         decided = msgspec.structs.replace(record, status="approved", version=1, decided_at=1.0)

@@ -1,5 +1,6 @@
-"""The effects ledger in one process, on real SQLite files: intent before effect, receipts
-replayed, keys from the runtime, recovery policies, quarantine and its resolution (I4, I5).
+"""The effects ledger in one process, on real stores (SQLite files and PostgreSQL): intent
+before effect, receipts replayed, keys from the runtime, recovery policies, quarantine and its
+resolution (I4, I5).
 
 The crash cases (SIGKILL between intent, call, receipt and step) are in tests/chaos."""
 
@@ -30,9 +31,10 @@ def _fresh() -> Iterator[None]:
     fx.reset()
 
 
-def runtime(path: Path, **kw: Any) -> tether.Runtime:
+def runtime(where: Path | str, **kw: Any) -> tether.Runtime:
+    """A runtime on the store at ``where``: a folder (its SQLite file), or a store URL."""
     kw.setdefault("poll_interval", 0.02)
-    return tether.Runtime(path / "agents.db", **kw)
+    return tether.Runtime(where / "agents.db" if isinstance(where, Path) else where, **kw)
 
 
 async def effects(rt: tether.Runtime, actor_id: str) -> list[Any]:
@@ -49,9 +51,9 @@ async def eventually(check: Any, timeout: float = 5.0) -> Any:
 
 
 async def test_an_effect_records_intent_and_receipt_and_hands_the_tool_the_runtime_key(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Do(effects=["refund"]), timeout=5) == ["refund o0 100"]
         [row] = await effects(rt, "a1")
@@ -65,9 +67,9 @@ async def test_an_effect_records_intent_and_receipt_and_hands_the_tool_the_runti
 
 
 async def test_bad_tool_arguments_raise_tool_input_error_naming_the_field_and_record_nothing(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    async with runtime(tmp_path, max_attempts=1) as rt:
+    async with runtime(store_url, max_attempts=1) as rt:
         a = await rt.spawn(Agent, "a1")
         with pytest.raises(tether.MessageDeadLettered) as caught:
             await a.ask(Do(effects=["bad"]), timeout=5)
@@ -85,9 +87,9 @@ async def test_bad_tool_arguments_raise_tool_input_error_naming_the_field_and_re
 
 
 async def test_a_redelivered_step_replays_recorded_effects_without_calling_the_tools(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         # The handler fails after both effects; the redelivery must not call them again.
         result = await a.ask(Do(effects=["refund", "charge"], fail_after=True), timeout=5)
@@ -97,8 +99,8 @@ async def test_a_redelivered_step_replays_recorded_effects_without_calling_the_t
     assert [r.status for r in rows] == ["done", "done"]
 
 
-async def test_the_same_input_in_another_step_gets_another_key(tmp_path: Path) -> None:
-    async with runtime(tmp_path) as rt:
+async def test_the_same_input_in_another_step_gets_another_key(store_url: str) -> None:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.ask(Do(effects=["refund"]), timeout=5)
         await a.ask(Do(effects=["refund"]), timeout=5)
@@ -109,14 +111,14 @@ async def test_the_same_input_in_another_step_gets_another_key(tmp_path: Path) -
 
 
 async def test_transient_failures_are_retried_with_the_same_key_and_each_attempt_recorded(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     fx.SCRIPT["refund"] = [
         tether.TransientToolError("refund", "rate limited", status_code=429),
         tether.TransientToolError("refund", "unavailable", status_code=503),
         None,
     ]
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Do(effects=["refund"]), timeout=5) == ["refund o0 100"]
         [row] = await effects(rt, "a1")
@@ -142,7 +144,7 @@ class WaitsRecorded(FakeClock):
 
 
 async def test_a_transient_failure_waits_for_the_receivers_retry_after_capped_at_max_delay(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     # The refund tool's policy backs off 0 s (initial_delay=0, max_delay 30 s): the waits are
     # the receiver's word, the second one capped.
@@ -152,7 +154,7 @@ async def test_a_transient_failure_waits_for_the_receivers_retry_after_capped_at
         None,
     ]
     clock = WaitsRecorded()
-    async with runtime(tmp_path, clock=clock) as rt:
+    async with runtime(store_url, clock=clock) as rt:
         a = await rt.spawn(Agent, "a1")
         async with anyio.create_task_group() as tg:
             answers: list[Any] = []
@@ -176,10 +178,10 @@ class PaymentDeclined(Exception):
 
 
 async def test_a_business_error_is_recorded_not_retried_and_replayed_as_tool_failed(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     fx.SCRIPT["refund"] = [PaymentDeclined("insufficient balance")]
-    async with runtime(tmp_path, max_attempts=2) as rt:
+    async with runtime(store_url, max_attempts=2) as rt:
         a = await rt.spawn(Agent, "a1")
         with pytest.raises(tether.MessageDeadLettered) as caught:
             await a.ask(Do(effects=["refund"]), timeout=5)
@@ -192,10 +194,10 @@ async def test_a_business_error_is_recorded_not_retried_and_replayed_as_tool_fai
 
 
 async def test_retries_stop_at_the_policy_limit_and_the_failure_is_recorded(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     fx.SCRIPT["refund"] = [tether.TransientToolError("refund", "down", status_code=503)] * 3
-    async with runtime(tmp_path, max_attempts=1) as rt:
+    async with runtime(store_url, max_attempts=1) as rt:
         a = await rt.spawn(Agent, "a1")
         with pytest.raises(tether.MessageDeadLettered) as caught:
             await a.ask(Do(effects=["refund"]), timeout=5)
@@ -206,9 +208,9 @@ async def test_retries_stop_at_the_policy_limit_and_the_failure_is_recorded(
     assert len(fx.CALLS) == 3
 
 
-async def test_a_timed_out_retry_tool_is_called_again_with_the_same_key(tmp_path: Path) -> None:
+async def test_a_timed_out_retry_tool_is_called_again_with_the_same_key(store_url: str) -> None:
     fx.SCRIPT["charge"] = [HANG, None]
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Do(effects=["charge"]), timeout=5) == ["charged 5"]
         [row] = await effects(rt, "a1")
@@ -218,10 +220,10 @@ async def test_a_timed_out_retry_tool_is_called_again_with_the_same_key(tmp_path
 
 
 async def test_an_ambiguous_quarantine_tool_is_held_and_the_actor_serves_other_messages(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     fx.SCRIPT["send_email"] = [HANG]
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["refund", "email"]))
         [held] = await eventually(rt.quarantine.list)
@@ -254,10 +256,10 @@ async def _results(rt: tether.Runtime, actor_id: str) -> list[list[str]]:
 
 
 async def test_retrying_a_quarantined_effect_calls_again_with_the_same_key(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     fx.SCRIPT["send_email"] = [HANG, None]
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["email"]))
         [held] = await eventually(rt.quarantine.list)
@@ -269,9 +271,9 @@ async def test_retrying_a_quarantined_effect_calls_again_with_the_same_key(
     assert [n for n, _ in fx.CALLS] == ["send_email", "send_email"]
 
 
-async def test_aborting_a_quarantined_effect_gives_the_step_effect_aborted(tmp_path: Path) -> None:
+async def test_aborting_a_quarantined_effect_gives_the_step_effect_aborted(store_url: str) -> None:
     fx.SCRIPT["send_email"] = [HANG]
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["email", "refund"]))
         [held] = await eventually(rt.quarantine.list)
@@ -287,24 +289,24 @@ async def test_aborting_a_quarantined_effect_gives_the_step_effect_aborted(tmp_p
 
 
 async def test_a_quarantine_is_resolved_from_a_second_runtime_on_the_same_store(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     fx.SCRIPT["send_email"] = [HANG]
-    async with runtime(tmp_path) as owner:
+    async with runtime(store_url) as owner:
         a = await owner.spawn(Agent, "a1")
         await a.tell(Do(effects=["email"]))
         await eventually(owner.quarantine.list)
-        async with runtime(tmp_path) as other:
+        async with runtime(store_url) as other:
             [held] = await other.quarantine.list()
             await other.quarantine.mark_done(held.key, "sent", by="cli")
         await eventually(lambda: _results(owner, "a1"))
         assert await _results(owner, "a1") == [["sent"]]
 
 
-async def test_reconcile_done_records_the_receipt_without_calling_again(tmp_path: Path) -> None:
+async def test_reconcile_done_records_the_receipt_without_calling_again(store_url: str) -> None:
     fx.SCRIPT["transfer"] = [HANG]
     fx.VERDICTS.append(tether.Done("transferred 7 to bob (found upstream)"))
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Do(effects=["transfer"]), timeout=5) == [
             "transferred 7 to bob (found upstream)"
@@ -315,10 +317,10 @@ async def test_reconcile_done_records_the_receipt_without_calling_again(tmp_path
     assert row.history[-1] == "reconciled: done"
 
 
-async def test_reconcile_not_done_calls_again_with_the_same_key(tmp_path: Path) -> None:
+async def test_reconcile_not_done_calls_again_with_the_same_key(store_url: str) -> None:
     fx.SCRIPT["transfer"] = [HANG, None]
     fx.VERDICTS.append(tether.NotDone())
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Do(effects=["transfer"]), timeout=5) == ["transferred 7 to bob"]
     calls = [(n, k["key"]) for n, k in fx.CALLS]
@@ -326,10 +328,10 @@ async def test_reconcile_not_done_calls_again_with_the_same_key(tmp_path: Path) 
     assert len({k for _, k in calls}) == 1
 
 
-async def test_reconcile_unknown_quarantines(tmp_path: Path) -> None:
+async def test_reconcile_unknown_quarantines(store_url: str) -> None:
     fx.SCRIPT["transfer"] = [HANG]
     fx.VERDICTS.append(tether.Unknown("the bank's API is down"))
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["transfer"]))
         [held] = await eventually(rt.quarantine.list)
@@ -338,11 +340,11 @@ async def test_reconcile_unknown_quarantines(tmp_path: Path) -> None:
 
 
 async def test_a_replayed_step_asking_for_a_different_input_is_refused_and_quarantined(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     # First run: the email's input depends on a counter outside the actor's state; the handler
     # then fails, so the step is replayed and asks for a different email at the same index.
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["drift"], fail_after=True))
         [held] = await eventually(rt.quarantine.list)
@@ -361,13 +363,13 @@ async def test_a_replayed_step_asking_for_a_different_input_is_refused_and_quara
 
 
 async def test_a_result_marked_done_that_does_not_fit_the_tool_is_held_again_not_dead_lettered(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """``tether quarantine resolve --done --result`` runs where the tool's return type is not
     known: a result of the wrong shape reaches the ledger. The replay holds the effect for a
     person again, saying why, instead of failing the step until its message is dead-lettered."""
     fx.SCRIPT["send_email"] = [HANG]
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["email"]))
         [held] = await eventually(rt.quarantine.list)
@@ -389,13 +391,13 @@ async def test_a_result_marked_done_that_does_not_fit_the_tool_is_held_again_not
 
 
 async def test_a_call_whose_result_cannot_be_recorded_is_held_for_a_person_not_failed(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """The call was made but returned something the ledger cannot record as the tool's type.
     Telling the handler "failed" would invite it to do the same thing another way: for a tool
     with an unknown side effect, a person decides, and the tool is not called again."""
     fx.RETURNS["post_letter"] = {"not": "a str"}
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.tell(Do(effects=["letter"]))
         [held] = await eventually(rt.quarantine.list)
@@ -411,8 +413,8 @@ async def test_a_call_whose_result_cannot_be_recorded_is_held_for_a_person_not_f
     assert [n for n, _ in fx.CALLS] == ["post_letter"]
 
 
-async def test_finished_receipts_are_purged_after_their_retention(tmp_path: Path) -> None:
-    async with runtime(tmp_path) as rt:
+async def test_finished_receipts_are_purged_after_their_retention(store_url: str) -> None:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         await a.ask(Do(effects=["refund"]), timeout=5)
         assert await rt.store.purge_receipts(rt.clock() - 60) == 0
@@ -421,9 +423,9 @@ async def test_finished_receipts_are_purged_after_their_retention(tmp_path: Path
 
 
 async def test_effects_are_refused_outside_a_handler_and_for_undeclared_tools(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(Agent, "a1")
         cell = rt.cells.get("a1") or await _activate(rt, "a1")
         with pytest.raises(tether.ConfigError, match="only allowed inside handle"):
@@ -457,8 +459,8 @@ async def test_the_tool_spec_carries_the_json_schema_of_its_input() -> None:
     assert "amount_cents" in str(schema)
 
 
-async def test_a_stale_owner_records_no_intent_and_calls_no_tool(tmp_path: Path) -> None:
-    async with runtime(tmp_path) as rt:
+async def test_a_stale_owner_records_no_intent_and_calls_no_tool(store_url: str) -> None:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(Agent, "a1")
         assert await a.ask(Ping(), timeout=5) == "pong"
         cell = rt.cells["a1"]
@@ -478,7 +480,7 @@ async def test_a_stale_owner_records_no_intent_and_calls_no_tool(tmp_path: Path)
     assert fx.CALLS == []
 
 
-async def test_the_fault_injector_fails_delays_and_hangs_chosen_calls(tmp_path: Path) -> None:
+async def test_the_fault_injector_fails_delays_and_hangs_chosen_calls(store_url: str) -> None:
     from tether.testing import FaultInjector
 
     faults = FaultInjector()
@@ -502,11 +504,11 @@ async def test_the_fault_injector_fails_delays_and_hangs_chosen_calls(tmp_path: 
         faults.fail(fx.charge, calls=[0], error=RuntimeError())
 
 
-async def test_retrying_a_dead_letter_replays_its_recorded_effects(tmp_path: Path) -> None:
+async def test_retrying_a_dead_letter_replays_its_recorded_effects(store_url: str) -> None:
     from tests.runtime.effect_actors import FlakyAfterEffect
 
     FlakyAfterEffect.broken[0] = True
-    async with runtime(tmp_path, max_attempts=2) as rt:
+    async with runtime(store_url, max_attempts=2) as rt:
         a = await rt.spawn(FlakyAfterEffect, "f1")
         await a.tell(Do(effects=[]))
         letters = await eventually(rt.dead_letters.list)
@@ -518,10 +520,10 @@ async def test_retrying_a_dead_letter_replays_its_recorded_effects(tmp_path: Pat
 
 
 async def test_a_reconcile_hook_that_hangs_is_cut_at_the_tool_timeout_and_quarantines(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     fx.SCRIPT["slow_transfer"] = [HANG]
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(fx.Misuser, "a1")
         await a.tell(fx.Misuse(tool="slow_transfer"))
         [held] = await eventually(rt.quarantine.list)
@@ -530,9 +532,9 @@ async def test_a_reconcile_hook_that_hangs_is_cut_at_the_tool_timeout_and_quaran
 
 
 async def test_a_tool_error_whose_message_cannot_be_shown_is_recorded_as_a_failure(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         a = await rt.spawn(fx.Misuser, "a1")
         reply = await a.ask(fx.Misuse(tool="unprintable"), timeout=5)
         [row] = await effects(rt, "a1")

@@ -1,4 +1,4 @@
-"""Guards on the effect path, in one process on real SQLite files (I10): a tool's breaker
+"""Guards on the effect path, in one process on real stores (I10): a tool's breaker
 trips, refuses with when-to-retry, survives a restart with the same remaining time, and shows in
 the tree; a session's loop detector feeds back or escalates, and remembers across restarts."""
 
@@ -42,16 +42,17 @@ def _fresh() -> Iterator[None]:
     ga.CALLS.clear()
 
 
-def runtime(path: Path, **kw: Any) -> tether.Runtime:
+def runtime(where: Path | str, **kw: Any) -> tether.Runtime:
+    """A runtime on the store at ``where``: a folder (its SQLite file), or a store URL."""
     kw.setdefault("poll_interval", 0.02)
-    return tether.Runtime(path / "agents.db", **kw)
+    return tether.Runtime(where / "agents.db" if isinstance(where, Path) else where, **kw)
 
 
 async def test_a_breaker_trips_after_its_threshold_and_refuses_with_when_to_retry(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     clock = FakeClock()
-    async with runtime(tmp_path, clock=clock) as rt:
+    async with runtime(store_url, clock=clock) as rt:
         c = await rt.spawn(Caller, "c1")
         lines = [await c.ask(Call(n=i), timeout=5) for i in range(4)]
         effects = await rt.store.find_effects(actor_id="c1")
@@ -64,15 +65,15 @@ async def test_a_breaker_trips_after_its_threshold_and_refuses_with_when_to_retr
 
 
 async def test_an_open_breaker_is_still_open_after_a_restart_with_the_same_remaining_time(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     clock = FakeClock()
-    async with runtime(tmp_path, clock=clock) as rt:
+    async with runtime(store_url, clock=clock) as rt:
         c = await rt.spawn(Caller, "c1")
         for i in range(3):
             await c.ask(Call(n=i), timeout=5)
     clock.advance(10)
-    async with runtime(tmp_path, clock=clock) as rt:
+    async with runtime(store_url, clock=clock) as rt:
         line = await rt.ref("c1").ask(Call(n=9), timeout=5)
         assert line.endswith("(retry_in=20)")
         assert [n for _, n in ga.CALLS] == [0, 1, 2]
@@ -89,12 +90,12 @@ async def test_an_open_breaker_is_still_open_after_a_restart_with_the_same_remai
 
 
 async def test_reset_breaker_on_a_closed_breaker_clears_its_window_for_good(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """resilience4j's reset(): two failures, an operator's reset, and it takes three more
     failures to trip, also after a restart; the journal says who reset it."""
     clock = FakeClock()
-    async with runtime(tmp_path, clock=clock) as rt:
+    async with runtime(store_url, clock=clock) as rt:
         c = await rt.spawn(Caller, "c1")
         for i in range(2):
             await c.ask(Call(n=i), timeout=5)
@@ -102,7 +103,7 @@ async def test_reset_breaker_on_a_closed_breaker_clears_its_window_for_good(
         assert told["status"] == "closed"
         assert told["window"] == {"calls": 0, "failures": 0, "slow": 0}
         assert (await c.ask(Call(n=2), timeout=5)).startswith("failed")
-    async with runtime(tmp_path, clock=clock) as rt:
+    async with runtime(store_url, clock=clock) as rt:
         assert (await rt.ref("c1").ask(Call(n=3), timeout=5)).startswith("failed")
         state = await rt.ref("breaker:flaky").ask(GetBreakerState(), timeout=5)
         assert (state["status"], state["window"]["failures"]) == ("closed", 2)
@@ -155,22 +156,22 @@ async def tripped_guards(rt: tether.Runtime) -> TreeNode:
     return guards
 
 
-async def test_the_tree_shows_an_open_breaker_with_why_and_until_when(tmp_path: Path) -> None:
-    async with runtime(tmp_path, clock=FakeClock()) as rt:
+async def test_the_tree_shows_an_open_breaker_with_why_and_until_when(store_url: str) -> None:
+    async with runtime(store_url, clock=FakeClock()) as rt:
         text = (await tripped_guards(rt)).render()
     assert "breaker:flaky (Breaker) running [open until" in text
     assert "3 of the last 3 calls failed" in text
 
 
 async def test_an_administration_process_shows_the_guards_state_from_their_journals(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """``rt.tree()`` (``tether tree``) in a process that runs no actor: the breaker's state
     comes from its committed journal, as the serving runtime's tree shows it live."""
     clock = FakeClock()
-    async with runtime(tmp_path, clock=clock) as rt:
+    async with runtime(store_url, clock=clock) as rt:
         live = await tripped_guards(rt)
-    async with runtime(tmp_path, serve=False, clock=clock) as admin:
+    async with runtime(store_url, serve=False, clock=clock) as admin:
         [guards] = [n for n in await admin.tree() if n.id == "tether.guards"]
     breaker, live_breaker = guards.find("breaker:flaky"), live.find("breaker:flaky")
     assert breaker is not None
@@ -182,10 +183,10 @@ async def test_an_administration_process_shows_the_guards_state_from_their_journ
 
 
 async def test_an_uncaught_tool_unavailable_parks_the_message_until_the_breaker_reopens(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     clock = FakeClock()
-    async with runtime(tmp_path, clock=clock, max_attempts=2) as rt:
+    async with runtime(store_url, clock=clock, max_attempts=2) as rt:
         c = await rt.spawn(Caller, "c1")
         for i in range(3):
             await c.ask(Call(n=i), timeout=5)
@@ -204,8 +205,8 @@ async def test_an_uncaught_tool_unavailable_parks_the_message_until_the_breaker_
         assert cell.state.lines == ["ok 7"]
 
 
-async def test_a_repeated_call_is_fed_back_as_a_loop_and_not_made(tmp_path: Path) -> None:
-    async with runtime(tmp_path) as rt:
+async def test_a_repeated_call_is_fed_back_as_a_loop_and_not_made(store_url: str) -> None:
+    async with runtime(store_url) as rt:
         r = await rt.spawn(Researcher, "r1")
         answers = [await r.ask(Search(query="refund policy"), timeout=5) for _ in range(3)]
     assert answers[:2] == ["results for refund policy"] * 2
@@ -213,33 +214,33 @@ async def test_a_repeated_call_is_fed_back_as_a_loop_and_not_made(tmp_path: Path
     assert len(ga.CALLS) == 2
 
 
-async def test_varied_calls_are_not_a_loop(tmp_path: Path) -> None:
-    async with runtime(tmp_path) as rt:
+async def test_varied_calls_are_not_a_loop(store_url: str) -> None:
+    async with runtime(store_url) as rt:
         r = await rt.spawn(Researcher, "r1")
         queries = ["a", "b", "a", "c", "d", "b", "e", "a"]
         answers = [await r.ask(Search(query=q), timeout=5) for q in queries]
     assert all(a.startswith("results for") for a in answers)
 
 
-async def test_the_loop_history_survives_a_restart(tmp_path: Path) -> None:
-    async with runtime(tmp_path) as rt:
+async def test_the_loop_history_survives_a_restart(store_url: str) -> None:
+    async with runtime(store_url) as rt:
         r = await rt.spawn(Researcher, "r1")
         for _ in range(2):
             await r.ask(Search(query="same"), timeout=5)
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         answer = await rt.ref("r1").ask(Search(query="same"), timeout=5)
     assert answer.startswith("loop repeat/feedback")
     assert len(ga.CALLS) == 2
 
 
 async def test_a_restarted_loop_guard_reads_only_its_history_of_a_long_ledger(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After 300 calls, a restarted guard reads the newest `history` (6) ledger rows, not the
     whole ledger; it remembers the same calls and slots as the guard before the restart, and a
     repeat begun before the restart is detected after it."""
     history = 6
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         r = await rt.spawn(ShortMemoryResearcher, "r1")
         for q in [*(f"q{i}" for i in range(298)), "same", "same"]:
             assert (await r.ask(Search(query=q), timeout=5)).startswith("results for")
@@ -249,7 +250,7 @@ async def test_a_restarted_loop_guard_reads_only_its_history_of_a_long_ledger(
     assert len(ledger) == 300
     assert len(before.state.history) == history
 
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         reads: list[list[EffectRecord]] = []
         recent_effects = rt.store.recent_effects
 
@@ -278,8 +279,8 @@ async def test_a_restarted_loop_guard_reads_only_its_history_of_a_long_ledger(
     assert len(ga.CALLS) == 300
 
 
-async def test_a_loop_policy_can_escalate_the_call_to_a_person(tmp_path: Path) -> None:
-    async with runtime(tmp_path) as rt:
+async def test_a_loop_policy_can_escalate_the_call_to_a_person(store_url: str) -> None:
+    async with runtime(store_url) as rt:
         r = await rt.spawn(EscalatingResearcher, "r1")
         for _ in range(2):
             await r.ask(Search(query="same"), timeout=5)
@@ -297,10 +298,10 @@ async def test_a_loop_policy_can_escalate_the_call_to_a_person(tmp_path: Path) -
     assert ga.CALLS[-1] == ("search", "same")
 
 
-async def test_repeated_failures_of_a_tool_hold_its_next_call_for_a_person(tmp_path: Path) -> None:
+async def test_repeated_failures_of_a_tool_hold_its_next_call_for_a_person(store_url: str) -> None:
     from tests.runtime.guard_actors import WaryCaller
 
-    async with runtime(tmp_path) as rt:
+    async with runtime(store_url) as rt:
         c = await rt.spawn(WaryCaller, "c1")
         for i in range(2):
             assert (await c.ask(Call(n=i), timeout=5)).startswith("failed")

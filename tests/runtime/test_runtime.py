@@ -1,4 +1,5 @@
-"""The durable actor core through its public API, on real SQLite files."""
+"""The durable actor core through its public API, on real stores: SQLite files, and
+PostgreSQL too where a test takes ``store_url``."""
 
 from __future__ import annotations
 
@@ -38,17 +39,17 @@ def mailbox_len(db: Path) -> int:
         return int(con.execute("SELECT COUNT(*) FROM mailbox").fetchone()[0])
 
 
-async def test_tell_then_ask_sees_the_persisted_event(tmp_path: Path) -> None:
+async def test_tell_then_ask_sees_the_persisted_event(store_url: str) -> None:
     """The DESIGN §4 example works word for word on an SQLite file."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Deposit(amount=5))
         assert await acct.ask(s.GetBalance(), timeout=5) == 5
 
 
-async def test_spawning_an_existing_id_resumes_its_state_after_a_restart(tmp_path: Path) -> None:
+async def test_spawning_an_existing_id_resumes_its_state_after_a_restart(store_url: str) -> None:
     """I3: a new Runtime on the same file folds the committed journal back into the state."""
-    db = tmp_path / "a.db"
+    db = store_url
     async with fast(db) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         for amount in (1, 2, 3):
@@ -60,9 +61,9 @@ async def test_spawning_an_existing_id_resumes_its_state_after_a_restart(tmp_pat
         assert await rt.ref("acct-1").ask(s.GetBalance(), timeout=5) == 6
 
 
-async def test_spawning_an_id_taken_by_another_class_is_refused(tmp_path: Path) -> None:
+async def test_spawning_an_id_taken_by_another_class_is_refused(store_url: str) -> None:
     """Actor ids are unique in a store, whatever the class."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         await rt.spawn(s.Account, "x")
         with pytest.raises(tether.ConfigError, match=r"taken by a tests\.sample_actors:Account"):
             await rt.spawn(s.Lifecycle, "x")
@@ -107,9 +108,9 @@ async def test_the_same_dedup_key_twice_stores_one_message(tmp_path: Path) -> No
     assert journal_len(db, "acct-1") == 2
 
 
-async def test_asking_again_with_the_same_dedup_key_returns_the_first_reply(tmp_path: Path) -> None:
+async def test_asking_again_with_the_same_dedup_key_returns_the_first_reply(store_url: str) -> None:
     """An idempotent ask is answered from the stored reply, even from a new Runtime."""
-    db = tmp_path / "a.db"
+    db = store_url
     async with fast(db) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Deposit(amount=3))
@@ -120,18 +121,18 @@ async def test_asking_again_with_the_same_dedup_key_returns_the_first_reply(tmp_
         assert await rt.ref("acct-1").ask(s.GetBalance(), timeout=5, dedup_key="q") == 3
 
 
-async def test_messages_to_one_actor_are_delivered_in_order(tmp_path: Path) -> None:
+async def test_messages_to_one_actor_are_delivered_in_order(store_url: str) -> None:
     """Per-actor delivery follows the order the sends were acknowledged."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         for i in range(50):
             await acct.tell(s.Deposit(amount=i))
         assert await acct.ask(s.GetLog(), timeout=5) == list(range(50))
 
 
-async def test_concurrent_steps_of_many_actors_share_commits(tmp_path: Path) -> None:
+async def test_concurrent_steps_of_many_actors_share_commits(store_url: str) -> None:
     """Group commit: far fewer transactions than writes under concurrent load."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         refs = [await rt.spawn(s.Account, f"a{i}") for i in range(50)]
         before = rt.stats()
         async with anyio.create_task_group() as tg:
@@ -159,9 +160,9 @@ async def test_a_failed_handler_leaves_no_trace_but_its_redelivery(tmp_path: Pat
     assert journal_len(db, "acct-1") == 1
 
 
-async def test_the_outbox_is_committed_with_the_step(tmp_path: Path) -> None:
+async def test_the_outbox_is_committed_with_the_step(store_url: str) -> None:
     """I2: a message sent from a handler is stored with the step and delivered once."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         a = await rt.spawn(s.Account, "a")
         b = await rt.spawn(s.Account, "b")
         await a.tell(s.Forward(to="b", amount=7))
@@ -172,11 +173,11 @@ async def test_the_outbox_is_committed_with_the_step(tmp_path: Path) -> None:
 
 
 async def test_a_message_that_always_fails_goes_to_dead_letters_and_the_actor_goes_on(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """I7: after max_attempts the message is dead-lettered with one error per attempt."""
     s.failures.clear()
-    async with fast(tmp_path / "a.db", max_attempts=3) as rt:
+    async with fast(store_url, max_attempts=3) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         with pytest.raises(tether.MessageDeadLettered) as info:
             await acct.ask(s.Fail(key="always"), timeout=5)
@@ -191,10 +192,10 @@ async def test_a_message_that_always_fails_goes_to_dead_letters_and_the_actor_go
         assert "RuntimeError: boom always" in letter.errors[0]
 
 
-async def test_dead_letters_can_be_retried_and_discarded(tmp_path: Path) -> None:
+async def test_dead_letters_can_be_retried_and_discarded(store_url: str) -> None:
     """A retried dead letter is delivered again with a fresh attempt count."""
     s.failures.clear()
-    async with fast(tmp_path / "a.db", max_attempts=2) as rt:
+    async with fast(store_url, max_attempts=2) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Fail(key="thrice", times=3))
         await acct.tell(s.Fail(key="forever"))
@@ -215,13 +216,13 @@ async def test_dead_letters_can_be_retried_and_discarded(tmp_path: Path) -> None
 
 
 async def test_a_dead_letter_retried_from_another_process_reaches_its_active_actor(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """The retry is stored by an admin runtime (as ``tether dead-letters retry`` does); the
     actor is active in the runtime that sent the message first, whose scheduler must pick it
     up although its id carries that runtime's own prefix."""
     s.failures.clear()
-    db = tmp_path / "a.db"
+    db = store_url
     async with fast(db, max_attempts=2, passivate_after=None) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Fail(key="thrice", times=3))
@@ -238,11 +239,11 @@ async def test_a_dead_letter_retried_from_another_process_reaches_its_active_act
 
 
 async def test_a_message_stored_after_its_ask_timed_out_still_reaches_its_actor(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """The ask gives up while its commit is slow; the commit lands afterwards, and the message
     is delivered to the (never passivating) actor at once, not at its next activation."""
-    async with fast(tmp_path / "a.db", passivate_after=None) as rt:
+    async with fast(store_url, passivate_after=None) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         real = rt.store.apply
 
@@ -279,9 +280,9 @@ async def test_recovery_from_a_snapshot_equals_the_full_fold(tmp_path: Path) -> 
     assert from_snapshot == full_fold == list(range(40))
 
 
-async def test_a_delayed_message_survives_a_restart(tmp_path: Path) -> None:
+async def test_a_delayed_message_survives_a_restart(store_url: str) -> None:
     """Durable timers: a tell with delay= is delivered by the next Runtime when due."""
-    db = tmp_path / "a.db"
+    db = store_url
     async with fast(db) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Deposit(amount=9), delay=0.3)
@@ -306,10 +307,10 @@ async def test_a_reopened_runtime_resumes_actors_with_queued_messages(tmp_path: 
     assert journal_len(db, "acct-1") == 1
 
 
-async def test_an_idle_actor_passivates_and_its_next_message_reactivates_it(tmp_path: Path) -> None:
+async def test_an_idle_actor_passivates_and_its_next_message_reactivates_it(store_url: str) -> None:
     """Virtual actors: the id is the address whether the actor is in memory or not."""
     s.Lifecycle.calls.clear()
-    async with fast(tmp_path / "a.db", passivate_after=0.1) as rt:
+    async with fast(store_url, passivate_after=0.1) as rt:
         ref = await rt.spawn(s.Lifecycle, "life")
         with anyio.fail_after(5):
             while "life" in rt.cells or len(s.Lifecycle.calls) < 2:
@@ -321,10 +322,10 @@ async def test_an_idle_actor_passivates_and_its_next_message_reactivates_it(tmp_
 
 
 async def test_a_stopped_actor_refuses_messages_and_its_queue_is_dead_lettered(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """Stopping is durable; nothing queued is dropped without a record."""
-    db = tmp_path / "a.db"
+    db = store_url
     async with fast(db) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Deposit(amount=1), delay=60)
@@ -340,18 +341,18 @@ async def test_a_stopped_actor_refuses_messages_and_its_queue_is_dead_lettered(
             await rt.spawn(s.Account, "acct-1")
 
 
-async def test_an_actor_can_stop_itself(tmp_path: Path) -> None:
+async def test_an_actor_can_stop_itself(store_url: str) -> None:
     """``self.stop()`` takes effect when the step commits."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.ask(s.StopMe(reason="done"), timeout=5)
         with pytest.raises(tether.ActorStopped, match="done"):
             await acct.tell(s.Deposit(amount=1))
 
 
-async def test_an_ask_without_a_reply_in_time_raises_ask_timeout(tmp_path: Path) -> None:
+async def test_an_ask_without_a_reply_in_time_raises_ask_timeout(store_url: str) -> None:
     """The message stays queued; only the wait ends."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         await acct.tell(s.Sleep(seconds=0.3))
         with pytest.raises(tether.AskTimeout) as info:
@@ -387,9 +388,9 @@ async def test_ask_deadlines_share_one_timer_and_fire_in_deadline_order() -> Non
         assert 0.1 <= waited < 1.5
 
 
-async def test_spawn_arguments_are_stored_and_given_again_on_recovery(tmp_path: Path) -> None:
+async def test_spawn_arguments_are_stored_and_given_again_on_recovery(store_url: str) -> None:
     """``rt.spawn(cls, id, **init)`` passes init to the constructor, now and after restarts."""
-    db = tmp_path / "a.db"
+    db = store_url
     async with fast(db) as rt:
         ref = await rt.spawn(s.Greeter, "g", greeting="hello", punctuation="?")
         assert await ref.ask(s.GetBalance(), timeout=5) == "hello?"
@@ -473,10 +474,10 @@ async def test_unstorable_spawn_arguments_are_refused() -> None:
 
 
 async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """Background loops log a store error and start again; delayed messages still arrive."""
-    async with fast(tmp_path / "a.db") as rt:
+    async with fast(store_url) as rt:
         acct = await rt.spawn(s.Account, "acct-1")
         real = rt.store.scan_messages
         calls = 0

@@ -101,9 +101,12 @@ async def test_the_runtime_opens_every_url_through_the_registry(
 # -- what is refused, by name -------------------------------------------------------------------
 
 
-def test_postgresql_without_its_backend_says_what_to_install() -> None:
-    """The scheme is reserved for the PostgreSQL backend; without it, the error says which
-    extra to install, and never shows the URL's password."""
+def test_postgresql_without_its_driver_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without psycopg (the ``postgres`` extra), opening a PostgreSQL URL says which extra to
+    install, and never shows the URL's password."""
+    monkeypatch.setitem(sys.modules, "tether.store.postgres", None)  # as if not importable
     for url in ("postgresql://me:s3cret@db.example/agents", "postgres://db/agents"):
         with pytest.raises(ConfigError, match=r"pip install 'tether\[postgres\]'") as caught:
             open_store(url)
@@ -112,8 +115,25 @@ def test_postgresql_without_its_backend_says_what_to_install() -> None:
         tether.Runtime("postgresql://db/agents")
 
 
+def test_a_postgresql_url_opens_a_postgres_store_with_its_options() -> None:
+    """``postgresql://`` and ``postgres://`` build a ``PostgresStore`` (not connected yet);
+    ``?schema=`` names its schema; an option it does not take is refused by name."""
+    from tether.store.postgres import PostgresStore
+
+    store = open_store("postgres://me:s3cret@db.example/agents?schema=team1", readers=3)
+    assert isinstance(store, PostgresStore)
+    assert (store.schema, len(store._readers.all)) == ("team1", 3)
+    assert "s3cret" not in store.where
+    with pytest.raises(ConfigError, match="takes no option 'durability'"):
+        open_store("postgresql://db.example/agents", durability="full")
+    with pytest.raises(ConfigError, match="two schemas"):
+        open_store("postgresql://db.example/agents?schema=a", schema="b")
+
+
 def test_an_unknown_scheme_is_refused_naming_it_and_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown store URL scheme 'mysql'.*memory, sqlite"):
+    with pytest.raises(
+        ConfigError, match=r"unknown store URL scheme 'mysql'.*memory, postgres, postgresql, sqlite"
+    ):
         open_store("mysql://db/agents")
 
 

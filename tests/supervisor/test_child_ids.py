@@ -10,7 +10,6 @@ whose predecessor left an effect of unknown outcome is refused, naming the effec
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,10 +38,10 @@ def _clean() -> None:
     g.CALLS.clear()
 
 
-async def test_a_removed_child_can_be_added_again_and_starts_clean(tmp_path: Path) -> None:
+async def test_a_removed_child_can_be_added_again_and_starts_clean(store_url: str) -> None:
     """The new child runs from its initial state: the predecessor's journal is not folded
     into it, and a dedup key the predecessor saw does not swallow the newcomer's message."""
-    async with runtime(tmp_path / "t.db") as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(a.Sessions, "sessions")
         old = await rt.add_child("sessions", tether.ChildSpec(a.Worker, "w"))
         await old.tell(a.Work(), dedup_key="order-1")
@@ -56,7 +55,7 @@ async def test_a_removed_child_can_be_added_again_and_starts_clean(tmp_path: Pat
         assert await new.ask(a.Count(), timeout=5) == 1
         assert [c.id for c in (await rt.tree())[0].children] == ["w"]
         assert rt.cells["sessions"].state.counts.get("w", 0) == 0
-    async with runtime(tmp_path / "t.db") as rt:  # and so it stays after a reopen
+    async with runtime(store_url) as rt:  # and so it stays after a reopen
         await rt.spawn(a.Sessions, "sessions")
         assert await rt.ref("w").ask(a.Count(), timeout=5) == 1
 
@@ -155,12 +154,12 @@ async def test_a_predecessors_dead_letters_stay_but_are_not_retried_into_its_suc
 
 
 async def test_a_quarantined_effect_keeps_the_id_until_a_person_resolves_it(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """The quarantined row is the only trace of a call that may have happened: the id is
     refused, naming it, until it is resolved; then the newcomer starts with an empty ledger."""
     fx.SCRIPT["send_email"] = [fx.HANG]
-    async with runtime(tmp_path / "t.db") as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(a.Sessions, "sessions")
         agent = await rt.add_child("sessions", tether.ChildSpec(fx.Agent, "agent"))
         await agent.tell(fx.Do(effects=["email"]))
@@ -175,11 +174,11 @@ async def test_a_quarantined_effect_keeps_the_id_until_a_person_resolves_it(
         assert row.tool == "refund"
 
 
-async def test_a_call_of_unknown_outcome_keeps_the_id_for_good(tmp_path: Path) -> None:
+async def test_a_call_of_unknown_outcome_keeps_the_id_for_good(store_url: str) -> None:
     """An intent without a receipt of a stopped actor can never be settled: the id is refused
     with that reason every time, and the row stays."""
     fx.SCRIPT["refund"] = [fx.HANG]
-    async with runtime(tmp_path / "t.db") as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(a.Sessions, "sessions")
         spec = tether.ChildSpec(fx.Agent, "agent", shutdown="brutal")
         agent = await rt.add_child("sessions", spec)
@@ -199,11 +198,11 @@ async def _calls(tool: str) -> bool:
 
 
 async def test_a_re_added_actor_does_not_inherit_its_predecessors_loop_history(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """The loop guard of the old actor remembers its calls (in memory, and from its ledger):
     the new actor's first call is not the third of a repeat."""
-    async with runtime(tmp_path / "t.db") as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(a.Sessions, "sessions")
         old = await rt.add_child("sessions", tether.ChildSpec(g.Researcher, "r"))
         for _ in range(2):
@@ -216,11 +215,11 @@ async def test_a_re_added_actor_does_not_inherit_its_predecessors_loop_history(
         assert third.startswith("loop "), third  # its own repeats are still caught
 
 
-async def test_add_child_finishes_an_add_that_was_cut_short(tmp_path: Path) -> None:
+async def test_add_child_finishes_an_add_that_was_cut_short(store_url: str) -> None:
     """A crash between storing the child's record and the supervisor's journaling it leaves an
     active child of the supervisor that is not among its children: add_child of it again
     takes it in (resuming its record), instead of refusing an id nobody could then use."""
-    async with runtime(tmp_path / "t.db") as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(a.Sessions, "sessions")
         await rt.spawn_child(a.Worker, "w", "sessions", {})  # the record, and no entry
         await rt.ref("w").tell(a.Work())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -214,9 +213,9 @@ async def test_backoff_is_driven_by_the_injected_clock_and_messages_wait_meanwhi
         assert (await node(rt, "b1")).restart_count == 2
 
 
-async def test_dynamic_children_are_added_and_removed_at_run_time(tmp_path: Path) -> None:
+async def test_dynamic_children_are_added_and_removed_at_run_time(store_url: str) -> None:
     """Like OTP's simple_one_for_one: sessions come and go under one supervisor."""
-    async with runtime(tmp_path / "t.db") as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(a.Sessions, "sessions")
         s1 = await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s1"))
         await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s2"))
@@ -228,18 +227,18 @@ async def test_dynamic_children_are_added_and_removed_at_run_time(tmp_path: Path
         assert await rt.remove_child("sessions", "nope") is False
         with pytest.raises(tether.ActorStopped):
             await s1.tell(a.Work())
-    async with runtime(tmp_path / "t.db") as rt:
+    async with runtime(store_url) as rt:
         await rt.spawn(a.Sessions, "sessions")
         assert rt.cells.get("s2") is not None  # the dynamic child came back with its supervisor
         assert "s1" not in rt.cells
 
 
 async def test_a_child_started_on_first_use_starts_when_its_supervisor_is_not_up_yet(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """A message to a lazily started child of a supervisor that is not active here brings up
     the supervisor, then the child under it, at once: not when a later scan finds the mail."""
-    db = tmp_path / "t.db"
+    db = store_url
     async with runtime(db) as rt:
         await rt.spawn(a.LazySessions, "sessions")
         s1 = await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s1"))
@@ -253,9 +252,9 @@ async def test_a_child_started_on_first_use_starts_when_its_supervisor_is_not_up
         assert await rt.ref("s1").ask(a.Count(), timeout=2) == 1
 
 
-async def test_death_watch_delivers_terminated_with_the_reason(tmp_path: Path) -> None:
+async def test_death_watch_delivers_terminated_with_the_reason(store_url: str) -> None:
     """A watcher is told when the watched actor stops, also if it had stopped already."""
-    async with runtime(tmp_path / "w.db") as rt:
+    async with runtime(store_url) as rt:
         watcher = await rt.spawn(a.Watcher, "watcher")
         target = await rt.spawn(a.Worker, "target")
         gone = await rt.spawn(a.Worker, "gone")
@@ -309,10 +308,10 @@ def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
 
 
 async def test_supervisors_come_back_by_themselves_when_a_runtime_reopens_the_store(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
     """Supervisors never passivate; a new Runtime restarts their trees without being asked."""
-    db = tmp_path / "t.db"
+    db = store_url
     async with runtime(db) as rt:
         await rt.spawn(a.Sessions, "sessions")
         await rt.add_child("sessions", tether.ChildSpec(a.Worker, "s1"))

@@ -104,6 +104,7 @@ def main(argv: Sequence[str], *, default_db: str = "tether.db") -> int:
             return _tokens(args)
         config = config_from(args)
         from tether.console.server import serve
+        from tether.store.open import shown
 
         try:
             use_app_dir(args.app_dir)
@@ -111,7 +112,7 @@ def main(argv: Sequence[str], *, default_db: str = "tether.db") -> int:
             print(f"tether: error: {exc}", file=sys.stderr)
             return 2
         print(
-            f"tether console: serving {config.db} on http://{config.bind} "
+            f"tether console: serving {shown(config.db)} on http://{config.bind} "
             f"(auth {config.auth}{', read-only' if config.read_only else ''})",
             file=sys.stderr,
         )

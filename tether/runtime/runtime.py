@@ -62,7 +62,7 @@ from tether.runtime.supervision import Supervision
 from tether.runtime.tree import TreeNode, supervision_tree
 from tether.store.hosts import process_start, this_host
 from tether.store.integrity import SelfChecking
-from tether.store.open import open_store
+from tether.store.open import open_store, shown
 from tether.store.protocol import Store
 from tether.store.records import (
     ActorRecord,
@@ -209,6 +209,7 @@ class Runtime:
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
         self.scheduler = Scheduler(self, own_prefix=self.mail.own_prefix)
+        self._replies_wake = asyncio.Event()  # an admin process's: a reply may be stored
         self._tg: anyio.abc.TaskGroup | None = None
         # Tasks asked for where none can be started (a loop callback): started by _starter.
         self._pending_starts: collections.deque[
@@ -245,6 +246,9 @@ class Runtime:
         self._open = True
         if self.serving:
             governor.enter(self.gc_policy)
+        feed = self.store.changes
+        if feed is not None:  # other processes' writes wake the scans now, not at the next poll
+            feed.listen(self._store_changed)
         self._tg.start_soon(self._starter)
         self._tg.start_soon(self.committer.run)
         self._tg.start_soon(self.reads.run)
@@ -257,7 +261,7 @@ class Runtime:
         telemetry.log.debug(
             "runtime_opened",
             runtime_id=self.runtime_id,
-            store=self.path or type(self.store).__name__,
+            store=shown(self.path) if self.path else type(self.store).__name__,  # no password
             serving=self.serving,
         )
         return self
@@ -605,6 +609,11 @@ class Runtime:
         if self.replies.waits_on(actor_id):
             self.start_soon(self.replies.answer_stopped, actor_id, reason)
 
+    def _store_changed(self) -> None:
+        """Another process wrote to the store (``Store.changes``): look now."""
+        self.scheduler.wake()
+        self._replies_wake.set()
+
     # -- what cells report --------------------------------------------------------------------
 
     def step_committed(
@@ -877,8 +886,10 @@ class Runtime:
 
     async def _reply_poller(self) -> None:
         while True:
+            self._replies_wake.clear()
             await self.replies.poll()
-            await anyio.sleep(self.poll_interval)
+            with anyio.move_on_after(self.poll_interval):
+                await self._replies_wake.wait()
 
     # -- supervision and death watch ----------------------------------------------------------
 

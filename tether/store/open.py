@@ -7,8 +7,8 @@ URL                                                    store
 ``sqlite:///relative.db``, ``sqlite:////abs/path.db``  SQLite file (``sqlite:///:memory:``: an
                                                        in-memory SQLite database)
 ``:memory:``, ``memory://``                            memory store (in process, non-durable)
-``postgresql://…``                                     PostgreSQL, from the ``tether[postgres]``
-                                                       extra
+``postgresql://…``, ``postgres://…``                  PostgreSQL (``PostgresStore``), from the
+                                                       ``tether[postgres]`` extra
 ``<scheme>://…``                                       the backend registered under ``scheme``
 =====================================================  ===========================================
 
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tether.errors import ConfigError
 from tether.store.protocol import Store
+from tether.store.urls import shown as shown
 
 if TYPE_CHECKING:
     from tether.store.sqlite import Durability
@@ -52,10 +53,7 @@ Clock = Callable[[], float]
 ENTRY_POINT_GROUP = "tether.stores"
 _STANDARD = ("clock", "create")  # what every factory is given, besides the URL
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-_RESERVED = {
-    "postgresql": "pip install 'tether[postgres]'",
-    "postgres": "pip install 'tether[postgres]'",
-}
+_INSTALL_POSTGRES = "pip install 'tether[postgres]'"
 
 _backends: dict[str, BackendFactory] = {}
 
@@ -121,7 +119,7 @@ def _scheme_of(url: str) -> str:
     scheme = url.split("://", 1)[0]
     if not _SCHEME.fullmatch(scheme):
         raise ConfigError(
-            f"malformed store URL {_shown(url)!r}: {scheme!r} is not a URL scheme "
+            f"malformed store URL {shown(url)!r}: {scheme!r} is not a URL scheme "
             "(a letter, then letters, digits, +, - or .)"
         )
     return scheme.lower()
@@ -131,15 +129,9 @@ def _backend(scheme: str, url: str) -> BackendFactory:
     factory = _backends.get(scheme) or _from_entry_points(scheme)
     if factory is not None:
         return factory
-    base = scheme.split("+", 1)[0]
-    if base in _RESERVED:
-        raise ConfigError(
-            f"no store backend for {scheme}:// is installed (for {_shown(url)!r}): "
-            f"{_RESERVED[base]}"
-        )
     known = ", ".join(sorted(_backends))
     raise ConfigError(
-        f"unknown store URL scheme {scheme!r} in {_shown(url)!r}: known are {known} (and plain "
+        f"unknown store URL scheme {scheme!r} in {shown(url)!r}: known are {known} (and plain "
         f"paths); a backend registers its scheme with tether.store.register_backend or the "
         f"{ENTRY_POINT_GROUP!r} entry point group"
     )
@@ -199,18 +191,6 @@ def _check_options(scheme: str, factory: BackendFactory, options: dict[str, Any]
             raise ConfigError(f"the {scheme} store takes no option {name!r} ({offer})")
 
 
-def _shown(url: str) -> str:
-    """``url`` with any password in it replaced, for error messages."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
 # -- the built-in backends ---------------------------------------------------------------------
 
 
@@ -265,5 +245,36 @@ def _memory(url: str, *, clock: Clock | None, create: bool) -> Store:
     return MemoryStore(clock=clock)
 
 
+def _postgres(
+    url: str,
+    *,
+    clock: Clock | None,
+    create: bool,
+    schema: str | None = None,
+    readers: int = 2,
+    statement_timeout: float = 30.0,
+    idle_in_transaction_timeout: float = 60.0,
+    retry_for: float = 30.0,
+) -> Store:
+    """A ``PostgresStore`` (it judges leases on the server's clock: ``clock`` is not used)."""
+    try:
+        from tether.store.postgres import PostgresStore
+    except ImportError as exc:  # psycopg is not installed
+        raise ConfigError(
+            f"the PostgreSQL store for {shown(url)!r} needs psycopg ({exc}): {_INSTALL_POSTGRES}"
+        ) from exc
+    return PostgresStore(
+        url,
+        schema=schema,
+        readers=readers,
+        statement_timeout=statement_timeout,
+        idle_in_transaction_timeout=idle_in_transaction_timeout,
+        retry_for=retry_for,
+        create=create,
+    )
+
+
 register_backend("sqlite", _sqlite)
 register_backend("memory", _memory)
+register_backend("postgresql", _postgres)
+register_backend("postgres", _postgres)

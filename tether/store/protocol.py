@@ -49,7 +49,10 @@ write path (``ImmediateWrites``) or None; the committer uses it when it is there
 also have a ``batched_reads`` attribute (``tether.store.reads.BatchedReads``: many actors'
 record, snapshot, journal and mail reads in one call); the runtime gathers the reads of many
 activations into one call when it is there, and reads one call at a time when it is absent or
-None (it is not part of this protocol, so a store written before it needs no change).
+None (it is not part of this protocol, so a store written before it needs no change). ``changes``
+is a store's feed of other processes' writes (``ChangeFeed``: PostgreSQL's LISTEN/NOTIFY) or
+None; the runtime then scans at once when told, instead of at its next poll. Polling stays
+the correctness path either way: a wakeup is a hint, never a promise.
 
 "Due", here and in ``pending``, ``scan_messages`` and ``orphaned``: ``deliver_at <= now``, or
 sent without a delay (``deliver_at == created_at``): such a message is due at once even if the
@@ -59,7 +62,7 @@ reader's clock is a little behind the sender's. ``now`` arguments are the runtim
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from tether.store.admin import OnCorrupt, StoreAdmin
@@ -96,6 +99,17 @@ class ImmediateWrites(Protocol):
         ...
 
 
+class ChangeFeed(Protocol):
+    """Wakeups from the writes of other processes sharing a store (PostgreSQL's LISTEN/NOTIFY):
+    a hint to look now, never a promise. What changed is read from the store as always."""
+
+    def listen(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()``, in the event loop that called ``listen``, soon after another
+        process (or another handle on the store) committed a write; and once after a lost
+        connection to the feed is made again (notices may have been missed meanwhile)."""
+        ...
+
+
 class Store(StoreAdmin, Protocol):
     """Durable storage for actors, mailboxes, journals, replies, dead letters, the effects
     ledger and approvals. See the module docstring for the contracts every method keeps."""
@@ -107,6 +121,11 @@ class Store(StoreAdmin, Protocol):
         """The store's synchronous write path, or None (a store whose writes wait: SQLite's run
         on a writer thread). Read by the committer on every write: a store may withdraw it
         (None) at any time, and its writes then go through ``apply``."""
+        ...
+
+    @property
+    def changes(self) -> ChangeFeed | None:
+        """The store's feed of other processes' writes, or None (the runtime polls only)."""
         ...
 
     async def open(self) -> None:

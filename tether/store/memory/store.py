@@ -48,6 +48,8 @@ class MemoryStore(Tables):
     def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(clock)
 
+    changes: None = None  # in one process: its runtime sees every write itself
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tether.store.columns import AUDIT_COLUMNS, AUDIT_FIELDS, audit_record, audit_values
 from tether.store.records import AuditRecord
 from tether.store.sqlite import rows
 from tether.store.sqlite.conn import Database, Tx
@@ -36,11 +37,7 @@ CREATE INDEX audit_by_target ON audit(target, seq);
 CREATE INDEX audit_by_actor ON audit(actor_id, seq);
 """
 
-_FIELDS = (
-    "at, identity, authenticated, via, action, target, outcome, detail, actor_id, "
-    "version_before, version_after, fingerprint, remote"
-)
-AUDIT_COLUMNS = "seq, " + _FIELDS
+_FIELDS = AUDIT_FIELDS
 _INT_OR_NULL: rows.Kind = ((int, type(None)), "an integer or NULL")
 AUDIT_TYPES = rows.columns(
     AUDIT_COLUMNS,
@@ -63,43 +60,12 @@ _INSERT = f"INSERT INTO audit ({_FIELDS}) VALUES ({', '.join('?' * 13)}) RETURNI
 
 
 def _row(a: AuditRecord) -> tuple[Any, ...]:
-    return (
-        a.at,
-        a.identity,
-        int(a.authenticated),
-        a.via,
-        a.action,
-        a.target,
-        a.outcome,
-        a.detail,
-        a.actor_id,
-        a.version_before,
-        a.version_after,
-        a.fingerprint,
-        a.remote,
-    )
+    return audit_values(a)
 
 
 def _record(row: Sequence[Any]) -> AuditRecord:
     rows.check_row("audit", row[0], row, AUDIT_TYPES)
-    (seq, at, identity, authenticated, via, action, target, outcome, detail, actor_id,
-     version_before, version_after, fingerprint, remote) = row  # fmt: skip
-    return AuditRecord(
-        seq=seq,
-        at=at,
-        identity=identity,
-        authenticated=bool(authenticated),
-        via=via,
-        action=action,
-        target=target,
-        outcome=outcome,
-        detail=detail,
-        actor_id=actor_id,
-        version_before=version_before,
-        version_after=version_after,
-        fingerprint=fingerprint,
-        remote=remote,
-    )
+    return audit_record(row)
 
 
 async def append(db: Tx, record: AuditRecord | None) -> int:

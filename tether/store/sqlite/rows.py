@@ -15,6 +15,15 @@ from typing import Any
 import msgspec
 
 from tether.errors import CorruptRecordError
+from tether.store.columns import (
+    DEAD_COLUMNS,
+    EFFECT_COLUMNS,
+    dead_letter_record,
+    decode_errors,
+    effect_record,
+    effect_values,
+    encode,
+)
 from tether.store.records import (
     ActorRecord,
     ApprovalRecord,
@@ -25,23 +34,8 @@ from tether.store.records import (
 )
 from tether.store.sqlite.blobs import pack, unpack
 
-_errors_decoder = msgspec.msgpack.Decoder(list[str])
-encode = msgspec.msgpack.encode
-
-
-def decode_errors(blob: bytes | None, where: str) -> list[str]:
-    if not blob:
-        return []
-    try:
-        return _errors_decoder.decode(blob)
-    except msgspec.DecodeError:
-        return [f"(error history of {where} is unreadable)"]
-
-
-EFFECT_COLUMNS = (
-    "actor_id, msg_id, idx, key, tool, input_hash, args, status, attempts, result, error, "
-    "reason, history, created_at, updated_at"
-)
+# Read and written under these names by the rest of the SQLite store.
+__all__ = ["DEAD_COLUMNS", "EFFECT_COLUMNS", "decode_errors", "encode"]
 
 
 def mailbox_row(m: NewMessage) -> tuple[Any, ...]:
@@ -60,46 +54,12 @@ def mailbox_row(m: NewMessage) -> tuple[Any, ...]:
 
 
 def effect_row(e: EffectRecord) -> tuple[Any, ...]:
-    return (
-        e.actor_id,
-        e.msg_id,
-        e.idx,
-        e.key,
-        e.tool,
-        e.input_hash,
-        pack(e.args),
-        e.status,
-        e.attempts,
-        pack(e.result),
-        e.error,
-        e.reason,
-        encode(e.history),
-        e.created_at,
-        e.updated_at,
-    )
+    return effect_values(e, pack)
 
 
 def effect(row: Sequence[Any]) -> EffectRecord:
     check_row("effects", effect_key(row), row, EFFECT_TYPES)
-    (actor_id, msg_id, idx, key, tool, input_hash, args, status, attempts, result, error,
-     reason, history, created_at, updated_at) = row  # fmt: skip
-    return EffectRecord(
-        actor_id=actor_id,
-        msg_id=msg_id,
-        idx=idx,
-        key=key,
-        tool=tool,
-        input_hash=input_hash,
-        args=unpack(args),
-        status=status,
-        attempts=attempts,
-        result=unpack(result),
-        error=error,
-        reason=reason,
-        history=decode_errors(history, f"effect {key}"),
-        created_at=created_at,
-        updated_at=updated_at,
-    )
+    return effect_record(row, unpack)
 
 
 _approval_decoder = msgspec.msgpack.Decoder(ApprovalRecord)
@@ -204,17 +164,7 @@ def actor(row: Sequence[Any]) -> ActorRecord:
 
 def dead_letter(row: Sequence[Any]) -> DeadLetter:
     check_row("dead_letters", row[0], row, DEAD_TYPES)
-    msg_id, actor_id, type_, payload, attempts, errors, reason, created_at = row
-    return DeadLetter(
-        msg_id=msg_id,
-        actor_id=actor_id,
-        type=type_,
-        payload=payload,
-        attempts=attempts,
-        errors=decode_errors(errors, msg_id),
-        reason=reason,
-        created_at=created_at,
-    )
+    return dead_letter_record(row)
 
 
 MAILBOX_COLUMNS = (
@@ -248,7 +198,6 @@ def all_typed(rows: Sequence[Sequence[Any]], columns: Columns) -> bool:
     return True
 
 
-DEAD_COLUMNS = "msg_id, actor_id, type, payload, attempts, errors, reason, created_at"
 DEAD_TYPES = _columns(DEAD_COLUMNS, _TEXT, _TEXT, _TEXT, _BLOB, _INT, _BLOB_OR_NULL, _TEXT, _REAL)
 
 EFFECT_TYPES = _columns(

@@ -73,6 +73,7 @@ class SqliteStore(Ledger, AuditLog):
     """
 
     immediate: None = None  # every write waits for the writer thread
+    changes: None = None  # no feed of other processes' writes: the runtime polls the file
 
     def __init__(
         self,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
 
 from tether.errors import StoreError
+from tether.store.batch_order import plan
 from tether.store.records import (
     ActorRecord,
     ApprovalRecord,
@@ -57,68 +57,38 @@ UPSERT_EFFECT = (
     "WHERE effects.actor_id = excluded.actor_id"
 )
 
-W = TypeVar("W", bound=Any)
-
-
-def _live(writes: list[W], stale: set[str]) -> list[W]:
-    """``writes`` of actors whose fence held."""
-    return [w for w in writes if w.actor_id not in stale] if stale else writes
-
 
 async def apply(db: Tx, b: Batch, clock: Callable[[], float]) -> BatchResult:
-    """Every write of ``b``, in this transaction; ``clock``: the store's, for leases."""
+    """Every write of ``b``, in this transaction, in the order every SQL backend applies a
+    batch (``tether.store.batch_order``); ``clock``: the store's, for leases."""
     result = BatchResult()
     if b.releases or b.steps or b.claims or b.failures or b.effects or b.parks:
         await check_fences(db, b, result)
-    stale = result.stale
+    p = plan(b, result.stale)
     if b.spawns:
         await spawn(db, b.spawns, result)
     if b.revives:
         await revive(db, b.revives)
     if b.watches:
         await watch(db, b.watches)
-    releases = _live(b.releases, stale)
-    if releases:
-        await release(db, releases)
+    if p.releases:
+        await release(db, p.releases)
     if b.acquires:
         await acquire(db, b.acquires, clock(), result)
-
-    steps = _live(b.steps, stale)
-    parks = _live(b.parks, stale)
-    messages = list(b.messages)
-    for s in steps:
-        messages.extend(s.outbox)
-    for p in parks:  # a new approval request's notices, stored with its park
-        messages.extend(p.notices)
-    # A dead letter's notice (tether.DeadLettered), stored with the move, by a live owner only.
-    messages.extend(
-        f.notice
-        for f in b.failures
-        if f.notice is not None and f.dead_letter_reason is not None and f.actor_id not in stale
-    )
-    if messages:
-        await insert_messages(db, messages, result)
-    if steps:
-        await commit_steps(db, steps)
-
-    claims = [c.msg_id for c in _live(b.claims, stale)]
-    claims.extend(s.claim_next for s in steps if s.claim_next is not None)
-    if claims:
-        await claim(db, claims)
-    failures = _live(b.failures, stale)
-    if failures:
-        await fail_attempts(db, failures)
-
-    effects = [e.record for e in _live(b.effects, stale)]
-    effects.extend(p.effect for p in parks if p.effect is not None)
-    if effects:
-        await write_effects(db, effects)
-    if parks:
-        await park(db, parks)
-
-    stops = [s.stop for s in steps if s.stop is not None] + list(b.stops)
-    if stops:
-        await stop(db, stops)
+    if p.messages:
+        await insert_messages(db, p.messages, result)
+    if p.steps:
+        await commit_steps(db, p.steps)
+    if p.claims:
+        await claim(db, p.claims)
+    if p.failures:
+        await fail_attempts(db, p.failures)
+    if p.effects:
+        await write_effects(db, p.effects)
+    if p.parks:
+        await park(db, p.parks)
+    if p.stops:
+        await stop(db, p.stops)
     return result
 
 

@@ -55,6 +55,8 @@ class StoreTarget:
             the clock it is opened with: the lease tests then wait real time, ``lease_ttl``
             seconds at a time, instead of moving a fake clock.
         lease_ttl: the ttl of the lease tests on a store with a clock of its own.
+        clock_slack: on such a store, how far its clock may be from a reading the test
+            compares it with (the round trips between, on a busy machine).
         shared: a second ``open_store(url)`` reaches the same data (false for ``:memory:``):
             the tests of several runtimes on one store then open one handle each.
         hold_open: how to hold a write open while others commit (``HoldOpen``), for a store
@@ -66,6 +68,7 @@ class StoreTarget:
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     own_clock: bool = False
     lease_ttl: float = 1.0
+    clock_slack: float = 0.5
     shared: bool = True
     hold_open: HoldOpen | None = None
 
@@ -85,7 +88,7 @@ class LeaseTime:
         self.fake = None if target.own_clock else FakeClock(start=NOW)
         self.ttl = target.lease_ttl if target.own_clock else TTL
         # How far a store's own clock may be from the reading the test compares it with.
-        self.slack = 0.5 if target.own_clock else 0.0
+        self.slack = target.clock_slack if target.own_clock else 0.0
 
     def now(self) -> float:
         return self.fake.now() if self.fake is not None else NOW
