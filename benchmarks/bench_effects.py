@@ -192,11 +192,12 @@ class Session(tether.Actor[SessionState]):
         return (self.state.steps, self.state.total)
 
 
-async def tether_sessions(n_sessions: int, steps: int) -> Sample:
+async def tether_sessions(n_sessions: int, steps: int, url: str | None = None) -> Sample:
+    """``url``: the (new, empty) store to run on; None: a fresh SQLite file."""
     per = steps // n_sessions
     d = scratch_dir("effects")
     try:
-        async with tether.Runtime(d / "tether.db") as rt:
+        async with tether.Runtime(url or d / "tether.db") as rt:
             refs: list[tether.ActorRef] = []
 
             async def spawn(i: int) -> None:
@@ -291,8 +292,9 @@ async def tether_latency(steps: int, ledger: bool) -> Sample:
 # ============================================================================ DBOS (child process)
 
 
-def dbos_child(mode: str) -> None:
-    """Launch DBOS on a fresh SQLite system database, then serve one command per round:
+def dbos_child(mode: str, url: str | None = None) -> None:
+    """Launch DBOS on a fresh SQLite system database (or, ``url`` given, on that PostgreSQL
+    database: ``bench_pg.py``), then serve one command per round:
     ``{"seq": n, "concurrent": n}`` -> ``{"sample": {figure: [count, seconds], ...}}``."""
     import concurrent.futures
 
@@ -312,7 +314,7 @@ def dbos_child(mode: str) -> None:
             c.close()
         config: DBOSConfig = {
             "name": "tether-effects-bench",
-            "system_database_url": f"sqlite:///{db}",
+            "system_database_url": url or f"sqlite:///{db}",
             "log_level": "WARNING",
         }
         DBOS(config=config)
@@ -352,6 +354,8 @@ def dbos_child(mode: str) -> None:
 
         wf, awf = wf_, awf_
         DBOS.launch()
+        if url is not None:
+            return {"ready": True, "journal_mode": "n/a (PostgreSQL)"}
         jm = sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0]
         return {"ready": True, "journal_mode": jm}
 
@@ -405,9 +409,10 @@ def dbos_child(mode: str) -> None:
 class DbosChild(PipeChild):
     """A DBOS child process (one journal mode), driven one round at a time."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, url: str | None = None) -> None:
         self.mode = mode
-        super().__init__(f"DBOS child ({mode})", [__file__, "--dbos-child", mode])
+        argv = [__file__, "--dbos-child", mode, *(["--dbos-url", url] if url else [])]
+        super().__init__(f"DBOS child ({mode})", argv)
         self.journal_mode = str(self.ready["journal_mode"])
 
     def run(self, sizes: Sizes) -> Sample:
@@ -656,9 +661,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_house_options(p)
     p.add_argument("--charts", metavar="DIR", help="also draw DIR/peers.png")
     p.add_argument("--dbos-child", metavar="MODE", help=argparse.SUPPRESS)
+    p.add_argument("--dbos-url", metavar="URL", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dbos_child:
-        dbos_child(args.dbos_child)
+        dbos_child(args.dbos_child, args.dbos_url)
         return 0
     sizes = run.chosen_sizes(p, args, FULL, QUICK)
     with run.tidy_data_dir():

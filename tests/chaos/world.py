@@ -8,12 +8,15 @@ report (``Figures.table()``; ``Figures.failures()`` lists every must-be-zero fig
 not). The child programs are in ``tests/chaos/world_programs.py``; the CI version is
 ``tests/chaos/test_world.py`` and the large run ``scripts/chaos.py``.
 
-The processes of one world, all on one tether store (SQLite, WAL):
+The processes of one world, all on one tether store (``WorldSpec.db``: a URL, by default an
+SQLite file in the world's directory; ``postgresql://…`` runs the same world on PostgreSQL):
 
 * two fake payments services (``tether.testing.payments``): ``keyed`` honors idempotency keys
   (``refund_keyed``, ``big_refund``), ``loose`` ignores them (``charge_once``, the
   non-idempotent ``recovery="quarantine"`` tool);
-* the runtime (``world_programs runtime``), the only process that runs actors, killed K times;
+* the runtimes (``world_programs runtime``), ``WorldSpec.runtimes`` processes serving the same
+  sessions at once, the only processes that run actors: K times one of them is SIGKILLed and
+  restarted (``_Killer`` says which);
 * the client (``Runtime(serve=False)``) sending tasks and messages with dedup keys, logging each
   acknowledged send; the runtime's own feeders do the same from inside the killed process;
 * the decider (``Runtime(serve=False)``): a person deciding approvals and resolving quarantined
@@ -31,9 +34,9 @@ exact interleaving), one mode per incarnation of the runtime:
 * ``commit``: the store itself SIGKILLs the process right before or right after applying the
   N-th batch holding steps or effect writes: inside a group commit, exactly.
 
-After the K-th kill: the senders stop, a last runtime runs until the mailbox is empty (every
-message processed, no step parked on an approval or a quarantined effect), the decider and the
-runtime exit cleanly, and the world is checked.
+After the K-th kill: the senders stop, the runtimes (the last victim restarted) run until the
+mailbox is empty (every message processed, no step parked on an approval or a quarantined
+effect), the decider and the runtimes exit cleanly, and the world is checked.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -60,8 +62,10 @@ import msgspec
 import tether
 from tests.chaos import world_programs as wp
 from tests.chaos.harness import ROOT, Child, Children
+from tests.chaos.store_probe import StoreProbe
 from tether.actors.actor import actor_spec
 from tether.actors.session import TaskEnded, TaskStarted, ToolResult, UserSaid
+from tether.store.open import scheme_of
 from tether.testing import check_store
 from tether.testing.payments import PaymentsService, refunds
 
@@ -118,10 +122,13 @@ class WorldSpec(msgspec.Struct, kw_only=True):
     service_delay: float = 0.05
     interject: bool = False  # see WorldConfig.interject
     quiesce_timeout: float = 120.0
+    runtimes: int = 1  # runtime processes serving the store at once (one killed per round)
+    db: str | None = None  # the store's URL; None: an SQLite file in the world's directory
 
 
 class Kill(msgspec.Struct, kw_only=True):
     incarnation: int
+    slot: int  # which of the runtime processes
     pid: int
     mode: str
     by: str  # "killer" or "commit" (the store killed its own process mid-commit)
@@ -133,9 +140,12 @@ class Kill(msgspec.Struct, kw_only=True):
 
 class Figures(msgspec.Struct, kw_only=True):
     seed: int = 0
+    store: str = "sqlite"  # the scheme of the store's URL
+    runtimes: int = 1
     wall_seconds: float = 0.0
     kills: int = 0
     kills_by_mode: dict[str, int] = {}
+    kills_by_slot: list[int] = []  # kills of each runtime process slot
     commit_kills: int = 0
     kills_with_pending_approvals: int = 0
     kills_with_effects_in_flight: int = 0
@@ -205,9 +215,12 @@ class Figures(msgspec.Struct, kw_only=True):
         modes = ", ".join(f"{m} {self.kills_by_mode.get(m, 0)}" for m in MODES)
         rows = [
             ("seed", str(self.seed)),
+            ("store", self.store),
+            ("runtime processes serving it at once", str(self.runtimes)),
             ("wall time", f"{self.wall_seconds:.0f} s"),
             ("kills survived (SIGKILL + restart)", str(self.kills)),
             ("  by mode", modes),
+            ("  by runtime slot", " / ".join(map(str, self.kills_by_slot))),
             ("  inside a group commit (store-triggered)", str(self.commit_kills)),
             ("  with approvals pending", str(self.kills_with_pending_approvals)),
             (
@@ -254,34 +267,6 @@ class Figures(msgspec.Struct, kw_only=True):
         return "\n".join(lines)
 
 
-# -- reading the store without a runtime ---------------------------------------------------------
-
-
-def _query(db: Path, sql: str) -> int:
-    """One COUNT from the tether store, read-only (0 if the store is not there yet)."""
-    if not db.exists():
-        return 0
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    try:
-        return int(conn.execute(sql).fetchone()[0])
-    except sqlite3.OperationalError:
-        return 0
-    finally:
-        conn.close()
-
-
-def pending_approvals(db: Path) -> int:
-    return _query(db, "SELECT COUNT(*) FROM approvals WHERE status = 'pending'")
-
-
-def effects_in_flight(db: Path) -> int:
-    return _query(db, "SELECT COUNT(*) FROM effects WHERE status = 'pending'")
-
-
-def mailbox(db: Path) -> int:
-    return _query(db, "SELECT COUNT(*) FROM mailbox")
-
-
 def _wait(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -300,12 +285,12 @@ def run_world(workdir: Path, spec: WorldSpec, *, say: Callable[[str], None] = pr
     returned figures (``failures()``)."""
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(spec.seed)
-    say(f"world: seed={spec.seed} kills={spec.kills} sessions={spec.sessions} dir={workdir}")
-    db = workdir / "agents.db"
+    url = spec.db or str(workdir / "agents.db")
+    say(
+        f"world: seed={spec.seed} kills={spec.kills} sessions={spec.sessions} "
+        f"runtimes={spec.runtimes} store={scheme_of(url)} dir={workdir}"
+    )
     children = WorldChildren(workdir)
-    kills: list[Kill] = []
-    killed_pids: set[int] = set()
     with contextlib.ExitStack() as stack:
         delay = spec.service_delay
         keyed = stack.enter_context(PaymentsService.start(workdir / "keyed.db", delay=delay))
@@ -314,7 +299,7 @@ def run_world(workdir: Path, spec: WorldSpec, *, say: Callable[[str], None] = pr
         )
         stack.callback(children.close)
         cfg = wp.WorldConfig(
-            db=str(db),
+            db=url,
             keyed_url=keyed.url,
             keyed_db=str(keyed.db_path),
             loose_url=loose.url,
@@ -325,120 +310,193 @@ def run_world(workdir: Path, spec: WorldSpec, *, say: Callable[[str], None] = pr
             sinks=spec.sinks,
             tasks=spec.tasks,
             interject=spec.interject,
+            runtimes=spec.runtimes,
         )
         (workdir / "config.json").write_bytes(msgspec.json.encode(cfg))
         setup = children.start("setup", "setup", workdir)
         if setup.wait(60) != 0:
             raise AssertionError(f"setup failed\n{setup.describe()}")
-        decider = children.start("decider", "decider", workdir)
-        client = children.start("client", "client", workdir)
-        client.wait_report("tasks sent", READY_TIMEOUT)
+        probe = stack.enter_context(StoreProbe.open(url))
+        killer = _Killer(workdir, spec, children, probe, say, started)
+        killer.run()
+    figures = check_world(workdir, killer.kills, killer.killed_pids)
+    figures.seed = spec.seed
+    figures.runtimes = spec.runtimes
+    figures.kills_by_slot = [sum(k.slot == i for k in killer.kills) for i in range(spec.runtimes)]
+    figures.store = scheme_of(url)
+    figures.wall_seconds = time.monotonic() - started
+    return figures
 
-        def others_alive() -> None:
-            for c in (decider, client):
-                if not c.alive():
-                    raise AssertionError(f"{c.name} exited during the run\n{c.describe()}")
 
-        incarnation = 0
-        while len(kills) < spec.kills:
-            others_alive()
-            incarnation += 1
-            mode = rng.choices(MODES, WEIGHTS)[0]
-            arm = "none"
-            if mode == "commit":
-                arm = f"{rng.choice(('before', 'after'))}:{rng.randint(1, 40)}"
-            rt = children.start("runtime", "runtime", workdir, incarnation, arm)
-            t0 = time.monotonic()
-            by = "killer"
-            if mode == "startup":
-                time.sleep(rng.uniform(0.02, 0.5))
+class _Killer:
+    """The kill schedule of one world: ``spec.runtimes`` runtime processes serve the store
+    (slots); each round SIGKILLs one and restarts it.
+
+    The mode of the next round is drawn before the restart, because three modes need a young
+    process: ``startup``, ``recovery`` and ``commit`` (armed when it starts) kill the process
+    just restarted; ``load`` and ``approval`` kill a slot drawn at random. With one slot this
+    is the single-runtime schedule: start, wait as the mode says, kill."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        spec: WorldSpec,
+        children: WorldChildren,
+        probe: StoreProbe,
+        say: Callable[[str], None],
+        started: float,
+    ) -> None:
+        self.workdir, self.spec, self.children, self.probe = workdir, spec, children, probe
+        self.say, self.started = say, started
+        self.rng = random.Random(spec.seed)
+        self.kills: list[Kill] = []
+        self.killed_pids: set[int] = set()
+        self.slots: list[Child] = []
+        self.born: list[float] = []  # when each slot's process started (monotonic)
+        self.incarnation = 0
+
+    def _draw(self) -> tuple[str, str]:
+        mode = self.rng.choices(MODES, WEIGHTS)[0]
+        arm = "none"
+        if mode == "commit":
+            arm = f"{self.rng.choice(('before', 'after'))}:{self.rng.randint(1, 40)}"
+        return mode, arm
+
+    def _start(self, slot: int, arm: str) -> None:
+        self.incarnation += 1
+        child = self.children.start("runtime", "runtime", self.workdir, self.incarnation, arm)
+        if slot == len(self.slots):
+            self.slots.append(child)
+            self.born.append(time.monotonic())
+        else:
+            self.slots[slot], self.born[slot] = child, time.monotonic()
+
+    def run(self) -> None:
+        spec, rng, workdir = self.spec, self.rng, self.workdir
+        self.decider = self.children.start("decider", "decider", workdir)
+        self.client = self.children.start("client", "client", workdir)
+        self.client.wait_report("tasks sent", READY_TIMEOUT)
+        for slot in range(spec.runtimes - 1):  # the others serve from the start
+            self._start(slot, "none")
+        mode, arm = self._draw()
+        young = spec.runtimes - 1
+        self._start(young, arm)
+        while len(self.kills) < spec.kills:
+            self._others_alive()
+            victim = young if mode in ("startup", "recovery", "commit") else None
+            victim = rng.randrange(spec.runtimes) if victim is None else victim
+            self._kill(victim, mode)
+            if len(self.kills) % 25 == 0:
+                self.say(f"  {len(self.kills)} kills, {time.monotonic() - self.started:.0f} s")
+            if len(self.kills) < spec.kills:
+                mode, arm = self._draw()
             else:
-                rt.wait_report("ready", READY_TIMEOUT)
-                if mode == "recovery":
-                    time.sleep(rng.uniform(0.0, 0.25))
-                elif mode == "load":
-                    time.sleep(rng.uniform(0.25, 1.5))
-                elif mode == "approval":
+                arm = "none"  # the last restart serves to the end
+            young = victim
+            self._start(young, arm)
+        self._finish()
 
-                    def held_or_dead(rt: Child = rt) -> bool:
-                        return pending_approvals(db) > 0 or not rt.alive()
+    def _others_alive(self) -> None:
+        for c in (self.decider, self.client):
+            if not c.alive():
+                raise AssertionError(f"{c.name} exited during the run\n{c.describe()}")
 
-                    _wait(held_or_dead, 3.0)
-                    time.sleep(rng.uniform(0.0, 0.1))
-                else:  # commit: the store kills its own process
+    def _kill(self, slot: int, mode: str) -> None:
+        rng, probe = self.rng, self.probe
+        rt, born = self.slots[slot], self.born[slot]
+        by = "killer"
+        if mode == "startup":
+            time.sleep(max(0.0, born + rng.uniform(0.02, 0.5) - time.monotonic()))
+        else:
+            rt.wait_report("ready", READY_TIMEOUT)
+            if mode == "recovery":
+                time.sleep(rng.uniform(0.0, 0.25))
+            elif mode == "load":
+                time.sleep(rng.uniform(0.25, 1.5))
+            elif mode == "approval":
 
-                    def dead(rt: Child = rt) -> bool:
-                        return not rt.alive()
+                def held_or_dead() -> bool:
+                    return probe.pending_approvals() > 0 or not rt.alive()
 
-                    _wait(dead, 5.0)
-            snapshot = (pending_approvals(db), effects_in_flight(db), mailbox(db))
-            if rt.alive():
-                rt.signal(signal.SIGKILL)
-            code = rt.wait(EXIT_TIMEOUT)
-            if code != -signal.SIGKILL:
-                raise AssertionError(f"the runtime exited by itself ({code})\n{rt.describe()}")
-            if mode == "commit" and any(
-                c["pid"] == rt.pid for c in wp.read_lines(workdir / wp.COMMIT_KILLS)
-            ):
-                by = "commit"
-            killed_pids.add(rt.pid)
-            kills.append(
-                Kill(
-                    incarnation=incarnation,
-                    pid=rt.pid,
-                    mode=mode if by == "commit" or mode != "commit" else "load",
-                    by=by,
-                    after=round(time.monotonic() - t0, 3),
-                    pending_approvals=snapshot[0],
-                    effects_in_flight=snapshot[1],
-                    mailbox=snapshot[2],
-                )
+                _wait(held_or_dead, 3.0)
+                time.sleep(rng.uniform(0.0, 0.1))
+            else:  # commit: the store kills its own process
+
+                def dead() -> bool:
+                    return not rt.alive()
+
+                _wait(dead, 5.0)
+        snapshot = (probe.pending_approvals(), probe.effects_in_flight(), probe.mailbox().messages)
+        if rt.alive():
+            rt.signal(signal.SIGKILL)
+        code = rt.wait(EXIT_TIMEOUT)
+        if code != -signal.SIGKILL:
+            raise AssertionError(f"the runtime exited by itself ({code})\n{rt.describe()}")
+        if mode == "commit" and any(
+            c["pid"] == rt.pid for c in wp.read_lines(self.workdir / wp.COMMIT_KILLS)
+        ):
+            by = "commit"
+        for other, child in enumerate(self.slots):
+            if other != slot and not child.alive():
+                raise AssertionError(f"a runtime died unkilled\n{child.describe()}")
+        self.killed_pids.add(rt.pid)
+        self.kills.append(
+            Kill(
+                incarnation=self.incarnation,
+                slot=slot,
+                pid=rt.pid,
+                mode=mode if by == "commit" or mode != "commit" else "load",
+                by=by,
+                after=round(time.monotonic() - born, 3),
+                pending_approvals=snapshot[0],
+                effects_in_flight=snapshot[1],
+                mailbox=snapshot[2],
             )
-            with (workdir / "kills.jsonl").open("a") as f:
-                f.write(msgspec.json.encode(kills[-1]).decode() + "\n")
-            if len(kills) % 25 == 0:
-                say(f"  {len(kills)} kills, {time.monotonic() - started:.0f} s")
+        )
+        with (self.workdir / "kills.jsonl").open("a") as f:
+            f.write(msgspec.json.encode(self.kills[-1]).decode() + "\n")
 
-        # The end: stop sending, let a last runtime run to quiescence, then check.
+    def _finish(self) -> None:
+        """Stop sending, let the runtimes run to quiescence, stop everyone cleanly."""
+        spec, probe, workdir = self.spec, self.probe, self.workdir
         (workdir / wp.FEED_STOP).touch()
-        final = children.start("runtime", "runtime", workdir, incarnation + 1, "none")
-        final.wait_report("ready", READY_TIMEOUT)
-        if client.wait(EXIT_TIMEOUT) != 0:
-            raise AssertionError(f"the client failed\n{client.describe()}")
+        for rt in self.slots:
+            rt.wait_report("ready", READY_TIMEOUT)
+        if self.client.wait(EXIT_TIMEOUT) != 0:
+            raise AssertionError(f"the client failed\n{self.client.describe()}")
         quiet = stuck = 0
-        last = -1
+        last = ""
 
         def quiescent() -> bool:
             # Quiet: the mailbox stays empty for a second. Stuck: only parked messages are
             # left and nothing changes for 15 s (a step waits for something nobody will do):
             # the check then says what is wrong.
             nonlocal quiet, stuck, last
-            if not final.alive() or not decider.alive():
+            if not all(rt.alive() for rt in self.slots) or not self.decider.alive():
                 return True
-            n = mailbox(db)
-            quiet = quiet + 1 if n == 0 else 0
-            parked = _query(db, "SELECT COUNT(*) FROM mailbox WHERE deliver_at > 1e18")
-            changed = _query(db, "SELECT COALESCE(MAX(seq), 0) FROM mailbox") + n
-            stuck = stuck + 1 if n and n == parked and changed == last else 0
-            last = changed
+            box = probe.mailbox()
+            quiet = quiet + 1 if box.messages == 0 else 0
+            moved = box.fingerprint != last
+            stuck = stuck + 1 if box.messages and box.messages == box.parked and not moved else 0
+            last = box.fingerprint
             return quiet >= 10 or stuck >= 150
 
-        if not _wait(quiescent, spec.quiesce_timeout, step=0.1) or not final.alive():
+        served = _wait(quiescent, spec.quiesce_timeout, step=0.1)
+        if not served or not all(rt.alive() for rt in self.slots):
             raise AssertionError(
-                f"no quiescence within {spec.quiesce_timeout} s: mailbox={mailbox(db)} "
-                f"pending approvals={pending_approvals(db)} in flight={effects_in_flight(db)}\n"
-                f"{children.describe_last()}\n{decider.describe()}"
+                f"no quiescence within {spec.quiesce_timeout} s: "
+                f"mailbox={probe.mailbox().messages} "
+                f"pending approvals={probe.pending_approvals()} "
+                f"in flight={probe.effects_in_flight()}\n"
+                f"{self.children.describe_last(spec.runtimes + 3)}\n{self.decider.describe()}"
             )
         (workdir / wp.DECIDER_STOP).touch()
-        if decider.wait(EXIT_TIMEOUT) != 0:
-            raise AssertionError(f"the decider failed\n{decider.describe()}")
+        if self.decider.wait(EXIT_TIMEOUT) != 0:
+            raise AssertionError(f"the decider failed\n{self.decider.describe()}")
         (workdir / wp.RUNTIME_EXIT).touch()
-        if final.wait(EXIT_TIMEOUT) != 0:
-            raise AssertionError(f"the last runtime did not exit cleanly\n{final.describe()}")
-    figures = check_world(workdir, kills, killed_pids)
-    figures.seed = spec.seed
-    figures.wall_seconds = time.monotonic() - started
-    return figures
+        for rt in self.slots:
+            if rt.wait(EXIT_TIMEOUT) != 0:
+                raise AssertionError(f"a last runtime did not exit cleanly\n{rt.describe()}")
 
 
 # -- the checker ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ every program reads ``DIR/config.json`` (written by :class:`tests.chaos.world.Wo
 
 * ``setup DIR``: spawns every actor of the workload (``Runtime(serve=False)``) and exits.
 * ``runtime DIR INCARNATION ARM``: serves the store until ``DIR/runtime.exit`` appears (or it is
-  killed). Two feeder tasks tell ``Bump`` messages to the counters, each with a dedup key, and
+  killed); ``WorldConfig.runtimes`` of them serve it at once, each its own process. Two feeder tasks tell ``Bump`` messages to the counters, each with a dedup key, and
   append every *acknowledged* one (``tell`` returned) to ``DIR/acks-runtime.jsonl`` (fsync'd)
   until ``DIR/feed.stop`` appears. ``ARM``: ``none``, or ``before:N`` / ``after:N``: the store
   SIGKILLs its own process right before (after) applying the N-th batch holding steps or
@@ -86,7 +86,7 @@ DECIDER_STOP = "decider.stop"
 class WorldConfig(msgspec.Struct, kw_only=True):
     """What every program of one world shares (``DIR/config.json``)."""
 
-    db: str
+    db: str  # the tether store's URL (``tether.open_store``): a path is an SQLite file
     keyed_url: str  # the payments service that honors idempotency keys
     keyed_db: str
     loose_url: str  # the one that ignores them
@@ -103,6 +103,7 @@ class WorldConfig(msgspec.Struct, kw_only=True):
     # any time, so a message may join a running task, even one whose step waits for a person
     # (which trips the determinism bug reported in test_world.py).
     interject: bool = False
+    runtimes: int = 1  # runtime processes serving the store at once
 
 
 def load_config(workdir: str | Path) -> WorldConfig:
@@ -331,13 +332,16 @@ class Sink(tether.Actor[CounterState]):
 # -- the store that dies in a group commit ---------------------------------------------------
 
 
-class CommitKillingStore(tether.SqliteStore):
-    """SIGKILLs its own process right before (``before``) or right after (``after``) applying
-    the ``n``-th batch that holds steps or effect writes."""
+class CommitKill:
+    """Stands in for a store's ``apply``: SIGKILLs its own process right before (``before``)
+    or right after (``after``) applying the ``n``-th batch that holds steps or effect writes.
+    Any backend: it wraps the one method every write goes through (the committer calls
+    ``store.apply``; no built-in store that waits on I/O declares ``immediate`` writes)."""
 
-    def __init__(self, path: str, *, where: str, n: int, log: str) -> None:
-        super().__init__(path)
-        self.where, self.n, self.log = where, n, log
+    def __init__(
+        self, apply: Callable[[Batch], Awaitable[BatchResult]], *, where: str, n: int, log: str
+    ) -> None:
+        self.inner, self.where, self.n, self.log = apply, where, n, log
         self.seen = 0
 
     def _die(self, batch: Batch) -> None:
@@ -355,16 +359,28 @@ class CommitKillingStore(tether.SqliteStore):
         )
         os.kill(os.getpid(), signal.SIGKILL)
 
-    async def apply(self, batch: Batch) -> BatchResult:
+    async def __call__(self, batch: Batch) -> BatchResult:
         counted = bool(batch.steps or batch.effects)
         if counted:
             self.seen += 1
         if counted and self.seen == self.n and self.where == "before":
             self._die(batch)
-        result = await super().apply(batch)
+        result = await self.inner(batch)
         if counted and self.seen == self.n and self.where == "after":
             self._die(batch)
         return result
+
+
+def arm_commit_kill(store: tether.Store, arm: str, log: str) -> None:
+    """``arm``: ``before:N`` or ``after:N`` (see :class:`CommitKill`)."""
+    where, _, n = arm.partition(":")
+    if where not in ("before", "after") or not n.isdigit():
+        raise SystemExit(f"arm is none, before:N or after:N, not {arm!r}")
+    if store.immediate is not None:
+        raise SystemExit(f"{type(store).__name__} writes without apply: it cannot be armed")
+    # An instance attribute shadows the method for this one store (setattr: mypy forbids
+    # assigning to a method, which is the point here).
+    setattr(store, "apply", CommitKill(store.apply, where=where, n=int(n), log=log))  # noqa: B010
 
 
 # -- the programs ---------------------------------------------------------------------------
@@ -402,12 +418,9 @@ async def runtime_program(workdir: str, incarnation: str, arm: str) -> None:
     cfg = load_config(workdir)
     _configure(workdir, cfg)
     d = Path(workdir)
-    store: tether.SqliteStore
-    if arm == "none":
-        store = tether.SqliteStore(cfg.db)
-    else:
-        where, _, n = arm.partition(":")
-        store = CommitKillingStore(cfg.db, where=where, n=int(n), log=str(d / COMMIT_KILLS))
+    store = tether.open_store(cfg.db)
+    if arm != "none":
+        arm_commit_kill(store, arm, str(d / COMMIT_KILLS))
     rng = random.Random(f"{cfg.seed}/runtime/{incarnation}")
     acks = d / ACK_RUNTIME
 
@@ -419,7 +432,8 @@ async def runtime_program(workdir: str, incarnation: str, arm: str) -> None:
             target = counter_id(rng.randrange(cfg.counters))
             await rt.ref(target).tell(Bump(mid=mid), dedup_key=mid)
             append_synced(acks, {"mid": mid, "to": target})
-            await anyio.sleep(rng.uniform(0, 2 * cfg.feeder_pause))
+            # The world's feed rate is the same however many runtimes feed it.
+            await anyio.sleep(rng.uniform(0, 2 * cfg.feeder_pause * cfg.runtimes))
 
     async with _runtime(cfg, store=store, passivate_after=None) as rt:
         report(f"ready pid={os.getpid()}")

@@ -21,6 +21,7 @@ from tether.cli import (
     audit,
     check,
     console,
+    copy,
     dead_letters,
     demo,
     migrate,
@@ -53,6 +54,7 @@ COMMAND_GROUPS = (
     audit,
     console,
     migrate,
+    copy,
     demo,
 )
 

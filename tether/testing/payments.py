@@ -9,9 +9,11 @@ agent and can be read after everything else has died.
 Run it directly::
 
     python -m tether.testing.payments serve --db refunds.db [--port 0] [--ignore-keys]
-        [--delay SECONDS]
+        [--delay SECONDS] [--host 127.0.0.1]
 
-It prints exactly one line, ``listening on http://127.0.0.1:PORT``, then serves JSON:
+It prints exactly one line, ``listening on http://HOST:PORT``, then serves JSON (``--host``:
+the address it listens on; ``0.0.0.0`` for every address of the machine, as a test of
+several network namespaces needs):
 
 ``POST /refunds`` ``{order_id, amount_cents, idempotency_key?}``
     Records a refund and answers ``{refund_id, order_id, amount_cents, replayed}``. When the
@@ -361,16 +363,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
 
-def _serve(db: str, port: int, *, honor_keys: bool, delay: float) -> None:
+def _serve(db: str, port: int, *, honor_keys: bool, delay: float, host: str) -> None:
     ledger = _Ledger(db, honor_keys=honor_keys, delay=delay)
-    server = _Server(("127.0.0.1", port), ledger)
+    server = _Server((host, port), ledger)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        sys.stdout.write(f"{LISTENING_PREFIX}http://127.0.0.1:{server.server_address[1]}\n")
+        sys.stdout.write(f"{LISTENING_PREFIX}http://{host}:{server.server_address[1]}\n")
         sys.stdout.flush()
         server.serve_forever(poll_interval=0.05)
     except KeyboardInterrupt:
@@ -411,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     serve = commands.add_parser("serve", help="serve the HTTP API until SIGTERM or Ctrl-C")
     serve.add_argument("--db", required=True, help="the SQLite file refunds are recorded in")
     serve.add_argument("--port", type=int, default=0, help="0 (the default) picks a free port")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     serve.add_argument(
         "--ignore-keys", action="store_true", help="record every call, even a repeated key"
     )
@@ -422,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="wait this long after recording each refund and before answering",
     )
     args = parser.parse_args(argv)
-    _serve(args.db, args.port, honor_keys=not args.ignore_keys, delay=args.delay)
+    _serve(args.db, args.port, honor_keys=not args.ignore_keys, delay=args.delay, host=args.host)
 
 
 # -- offline readers ------------------------------------------------------------------------
@@ -467,9 +470,11 @@ def refund_count(db_path: str | Path, order_id: str | None = None) -> int:
 # -- the process, for tests -----------------------------------------------------------------
 
 
-def _serve_argv(db_path: Path, *, honor_keys: bool, delay: float, port: int) -> list[str]:
+def _serve_argv(
+    db_path: Path, *, honor_keys: bool, delay: float, port: int, host: str
+) -> list[str]:
     argv = [sys.executable, "-m", "tether.testing.payments", "serve", "--db", str(db_path)]
-    argv += ["--port", str(port), "--delay", repr(delay)]
+    argv += ["--port", str(port), "--delay", repr(delay), "--host", host]
     if not honor_keys:
         argv.append("--ignore-keys")
     return argv
@@ -539,6 +544,7 @@ class PaymentsService:
         honor_keys: bool = True,
         delay: float = 0.0,
         port: int = 0,
+        host: str = "127.0.0.1",
         startup_timeout: float = 15.0,
     ) -> PaymentsService:
         """Spawn ``python -m tether.testing.payments serve`` and wait for its listening line.
@@ -553,7 +559,7 @@ class PaymentsService:
         logs = tempfile.TemporaryDirectory(prefix="tether-payments-")
         out_path = Path(logs.name) / "stdout"
         err_path = Path(logs.name) / "stderr"
-        argv = _serve_argv(db, honor_keys=honor_keys, delay=delay, port=port)
+        argv = _serve_argv(db, honor_keys=honor_keys, delay=delay, port=port, host=host)
         # stdout and stderr go to files, never pipes: a full pipe would block the child
         with out_path.open("wb") as out, err_path.open("wb") as err:
             proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)

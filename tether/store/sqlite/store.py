@@ -27,6 +27,7 @@ import anyio
 
 from tether.errors import CorruptRecordError, StoreError, StoreOpenError
 from tether.store.admin import OnCorrupt
+from tether.store.copy.tables import TableLoad, TablePage
 from tether.store.reads import BatchedReads, GetActor, LoadJournal, LoadSnapshot, Pending, Read
 from tether.store.records import (
     ActorRecord,
@@ -45,7 +46,7 @@ from tether.store.records import (
 )
 from tether.store.sequence import cursor_at, seq_after
 from tether.store.sqlite import audit as audit_log
-from tether.store.sqlite import migrations, reads, reuse, rows, writes
+from tether.store.sqlite import copy, migrations, reads, reuse, rows, writes
 from tether.store.sqlite.audit import AuditLog
 from tether.store.sqlite.conn import Connection, Database, Tx, chunks
 from tether.store.sqlite.ledger import Ledger
@@ -157,6 +158,14 @@ class SqliteStore(Ledger, AuditLog):
             return await db.transaction(lambda tx: writes.apply(tx, batch, self.clock))
         except sqlite3.Error as exc:
             raise StoreError(f"batch not applied to {self.path!r}: {exc}") from exc
+
+    # -- tether copy (tether.store.copy.CopyableStore) ---------------------------------------
+
+    async def dump_table(self, table: str, after: Sequence[Any] | None, limit: int) -> TablePage:
+        return await copy.dump_table(self._db, table, after, limit)
+
+    async def load_table(self, page: TablePage) -> TableLoad:
+        return await copy.load_table(self._db, page)
 
     # -- reads --------------------------------------------------------------------------------
 
