@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Bench, Counter, GetCount, Scenario, fmt, rm_scratch, scratch_dir
 
 import tether
-from tether.runtime import telemetry, tracing
+from tether import telemetry
+from tether.runtime import tracing
 
 Sample = dict[str, tuple[int, float]]
 

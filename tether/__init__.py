@@ -9,6 +9,11 @@ from importlib.metadata import version as _version
 
 from tether.actors.actor import Actor as Actor
 from tether.actors.guards.breaker import BreakerPolicy as BreakerPolicy
+from tether.actors.guards.gate import ApprovalPolicy as ApprovalPolicy
+from tether.actors.guards.gate import ApprovalRequest as ApprovalRequest
+from tether.actors.guards.gate import Approve as Approve
+from tether.actors.guards.gate import Modify as Modify
+from tether.actors.guards.gate import Reject as Reject
 from tether.actors.guards.loops import LoopPolicy as LoopPolicy
 from tether.actors.guards.webhook import Webhook as Webhook
 from tether.actors.guards.webhook import WebhookSignatureError as WebhookSignatureError
@@ -81,11 +86,6 @@ from tether.errors import ToolInputError as ToolInputError
 from tether.errors import ToolTimeout as ToolTimeout
 from tether.errors import ToolUnavailable as ToolUnavailable
 from tether.errors import TransientToolError as TransientToolError
-from tether.runtime.approvals import ApprovalPolicy as ApprovalPolicy
-from tether.runtime.approvals import ApprovalRequest as ApprovalRequest
-from tether.runtime.approvals import Approve as Approve
-from tether.runtime.approvals import Modify as Modify
-from tether.runtime.approvals import Reject as Reject
 from tether.runtime.audit import Identity as Identity
 from tether.runtime.collector import GcPolicy as GcPolicy
 from tether.runtime.quarantine import QuarantinedEffect as QuarantinedEffect

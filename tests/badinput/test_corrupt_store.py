@@ -24,8 +24,8 @@ import structlog
 import tether
 from tests.badinput import actors as b
 from tests.sqlite_files import dump
+from tether.logs import TetherLogger
 from tether.runtime.effects import effect_key
-from tether.runtime.logs import TetherLogger
 
 pytestmark = pytest.mark.anyio
 

@@ -78,7 +78,7 @@ def test_active_cells_drop_back_after_passivation(load_run: dict[str, Any]) -> N
     assert books["cells"] <= 2, books
     for key in (
         "claimed",
-        "_asks",
+        "replies",
         "_activating",
         "_not_before",
         "_failures",

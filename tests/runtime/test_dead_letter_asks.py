@@ -71,7 +71,7 @@ async def test_the_messages_a_stop_dead_letters_answer_their_askers_at_once(
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ask)
-                while not rt._asks:  # the ask is stored and waits
+                while not rt.replies:  # the ask is stored and waits
                     await anyio.sleep(0.01)
                 await rt.stop("acct", "closing the account")
     error = outcome["error"]

@@ -14,7 +14,7 @@ import structlog
 
 import tether
 from tests.actors.session_agents import LOG, RefundAgent, first_pending
-from tether.runtime.logs import iso_time
+from tether.logs import iso_time
 
 pytestmark = pytest.mark.anyio
 

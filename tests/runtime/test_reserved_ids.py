@@ -4,10 +4,12 @@ the ids were reserved) fails the calls that need that guard by name, never on an
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -18,8 +20,9 @@ from tests.runtime.effect_actors import Banker, Wire
 from tests.runtime.guard_actors import Call, Caller
 from tests.supervision_actors import OneForOneSup
 from tether.actors.actor import actor_spec
-from tether.actors.guards.actors import Breaker, LoopGuard
+from tether.actors.guards.actors import GUARDS_SUPERVISOR, Breaker, LoopGuard
 from tether.store.records import ActorRecord, Spawn
+from tether.supervisor.guards import GuardSupervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -135,3 +138,27 @@ async def test_a_user_actor_stored_at_a_session_gate_fails_its_approvals_by_name
     assert "the escalation gate of session 'victim'" in error
     assert pending == []  # nothing held half-way
     assert ea.CALLS == []  # the wire never ran without its approval
+
+
+async def test_a_store_that_recorded_the_guards_supervisor_where_it_was_still_runs_it(
+    tmp_path: Path,
+) -> None:
+    """``GuardSupervisor`` moved from ``tether.actors.guards.actors`` to
+    ``tether.supervisor.guards``: a store written before the move names it by the old path, and
+    its guards' supervisor still comes back, and is still the runtime's, on such a store."""
+    db = tmp_path / "agents.db"
+    async with tether.Runtime(db) as rt:
+        await rt.spawn(GuardSupervisor, GUARDS_SUPERVISOR)
+    old = "tether.actors.guards.actors:GuardSupervisor"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE actors SET class_path = ? WHERE actor_id = ?", (old, GUARDS_SUPERVISOR)
+        )
+    conn.close()
+    async with tether.Runtime(db) as rt:
+        with anyio.fail_after(30):  # a resident supervisor comes back by itself
+            while GUARDS_SUPERVISOR not in rt.cells:
+                await anyio.sleep(0.02)
+        await rt.spawn(GuardSupervisor, GUARDS_SUPERVISOR)  # as the effect path does
+        [node] = [n for n in await rt.tree() if n.id == GUARDS_SUPERVISOR]
+        assert (node.status, node.active, node.actor_class) == ("running", True, old)

@@ -328,7 +328,7 @@ async def test_restarts_are_span_events_when_tracing_is_configured() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from tether.runtime import telemetry
+    from tether import telemetry
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

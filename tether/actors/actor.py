@@ -260,6 +260,18 @@ def check_init(cls: type[Any], init: dict[str, Any], where: str) -> bytes:
     return encoded
 
 
+#: Classes tether moved since a store could have recorded them: the path a record holds ->
+#: where the class is now. A record keeps its path; it is read through this table.
+MOVED_CLASSES: dict[str, str] = {
+    "tether.actors.guards.actors:GuardSupervisor": "tether.supervisor.guards:GuardSupervisor",
+}
+
+
+def current_path(path: str) -> str:
+    """Where the class a record names as ``path`` is now (``MOVED_CLASSES``)."""
+    return MOVED_CLASSES.get(path, path)
+
+
 def class_path(cls: type[Any]) -> str:
     """``module:qualname``, the form stored in the actor registry and imported on recovery."""
     if "<locals>" in cls.__qualname__:
@@ -288,7 +300,7 @@ def import_object(path: str, what: str = "object") -> Any:
     importable, if that fails."""
     import importlib
 
-    module_name, _, qualname = path.partition(":")
+    module_name, _, qualname = current_path(path).partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
         for part in qualname.split("."):

@@ -8,11 +8,11 @@ whichever library validated it; a replayed result is validated back into the dec
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import msgspec
 
-from tether.actors.tool_schema import inline_object_schema, strip_annotated
+from tether.actors.tool_params import Parameter, inline_object_schema, strip_annotated
 from tether.errors import ConfigError
 
 try:
@@ -23,9 +23,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without pydantic
         "this tool's types need pydantic (a pydantic model or pydantic constraints): "
         "pip install pydantic"
     ) from exc
-
-if TYPE_CHECKING:
-    from tether.actors.tool_schema import Parameter
 
 _msgpack = msgspec.msgpack.Encoder()
 _config = pydantic.ConfigDict(

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 import msgspec
 
 from tether.actors.docstrings import parse as parse_docstring
+from tether.actors.tool_params import Parameter, inline_object_schema, strip_annotated
 from tether.errors import ConfigError
 
 KEY_PARAMETER = "idempotency_key"
@@ -117,12 +118,6 @@ class JsonSchema(ToolSchema):
             return kwargs, msgspec.to_builtins(kwargs, str_keys=True)
         except (TypeError, msgspec.EncodeError) as exc:
             raise ValueError(f"arguments are not JSON values: {exc}") from None
-
-
-class Parameter(typing.NamedTuple):
-    name: str
-    annotation: Any  # with its Annotated metadata, and the docstring's text as a description
-    default: Any  # inspect.Parameter.empty when required
 
 
 class FunctionSchema(ToolSchema):
@@ -239,28 +234,6 @@ class _MsgspecResult:
 
     def decode(self, blob: bytes) -> Any:
         return self._decoder.decode(blob)
-
-
-def inline_object_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """msgspec's schema of a Struct is a ``$ref`` into ``$defs``; a tool's input schema is the
-    object itself (what model APIs and MCP expect), with the other definitions beside it."""
-    ref = schema.get("$ref")
-    if not (isinstance(ref, str) and ref.startswith("#/$defs/")):
-        return schema
-    defs = dict(schema.get("$defs", {}))
-    inner = dict(defs.pop(ref.removeprefix("#/$defs/")))
-    inner.pop("title", None)  # the generated Struct's name says nothing to a model
-    if defs:
-        inner["$defs"] = defs
-    return inner
-
-
-def strip_annotated(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
-    """``(type, metadata)`` of an ``Annotated`` type (nested ones are flattened by Python)."""
-    if typing.get_origin(annotation) is Annotated:
-        base, *metadata = typing.get_args(annotation)
-        return base, tuple(metadata)
-    return annotation, ()
 
 
 def _described(annotation: Any, doc: str | None) -> Any:

@@ -30,7 +30,7 @@ import msgspec
 from tether.actors.messages import Message
 from tether.errors import ActorNotFound, ActorStopped, ConfigError, MessageRejected
 from tether.runtime.runtime import Runtime
-from tether.runtime.telemetry import log
+from tether.telemetry import log
 
 # What a send can raise that is about the message itself, so delivering it again would fail
 # the same way: an unknown or malformed session id, a stopped session, a type it refuses or a

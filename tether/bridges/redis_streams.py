@@ -33,7 +33,7 @@ from tether.bridges.ingest import (
 )
 from tether.errors import ConfigError
 from tether.runtime.runtime import Runtime
-from tether.runtime.telemetry import log
+from tether.telemetry import log
 
 # Dead-letter fields added to a copy of the entry's own fields.
 REASON_FIELD = "tether-reason"

@@ -10,12 +10,12 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import anyio
 import structlog
 
 import tether
+from tether import app_dir as app_dir_module
 from tether.cli import (
     approvals,
     audit,
@@ -39,6 +39,7 @@ from tether.cli.base import (
     Prepare,
     StoreHandler,
 )
+from tether.errors import ConfigError
 from tether.render.text import one_line
 from tether.store.open import open_store
 
@@ -146,15 +147,11 @@ def _logs_to_stderr() -> Iterator[None]:
 
 
 def use_app_dir(app_dir: str) -> None:
-    """Put ``app_dir`` first on ``sys.path``, as uvicorn's ``--app-dir`` does: the store names
-    the application's actor classes and tools by module, and the ``tether`` script's own
-    ``sys.path`` holds neither the current directory nor the application's."""
-    path = Path(app_dir)
-    if not path.is_dir():
-        raise CliError(f"--app-dir {app_dir!r} is not a directory", EXIT_USAGE)
-    resolved = str(path.resolve())
-    if resolved not in sys.path:
-        sys.path.insert(0, resolved)
+    """``tether.app_dir.use_app_dir``, its refusal a usage error of the command line."""
+    try:
+        app_dir_module.use_app_dir(app_dir)
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

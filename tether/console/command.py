@@ -19,6 +19,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from tether.app_dir import use_app_dir
 from tether.console.auth import MODES
 from tether.console.config import DEFAULT_BIND, ConsoleConfig
 from tether.console.tokens import ROLES, TokenFile
@@ -102,11 +103,14 @@ def main(argv: Sequence[str], *, default_db: str = "tether.db") -> int:
         if args.action == "token":
             return _tokens(args)
         config = config_from(args)
-        from tether.cli.app import use_app_dir
         from tether.console.server import serve
         from tether.store.open import shown
 
-        use_app_dir(args.app_dir)
+        try:
+            use_app_dir(args.app_dir)
+        except ConfigError as exc:  # a usage error, as the tether command says it
+            print(f"tether: error: {exc}", file=sys.stderr)
+            return 2
         print(
             f"tether console: serving {shown(config.db)} on http://{config.bind} "
             f"(auth {config.auth}{', read-only' if config.read_only else ''})",

@@ -15,12 +15,13 @@ import msgspec
 import tether
 from tether.actors.actor import class_path, import_object
 from tether.actors.guards.actors import Breaker
+from tether.actors.guards.gate import ApprovalRequest
 from tether.actors.session import MODEL_TOOL
 from tether.actors.tool import Tool
 from tether.console import timeline
 from tether.render import journal as journal_lines
 from tether.render import records, text
-from tether.runtime.approvals import ApprovalRequest
+from tether.runtime.journal import folded
 from tether.store.records import ApprovalRecord
 
 RECENT_EVENTS = 12
@@ -253,7 +254,7 @@ async def tree(rt: tether.Runtime) -> list[dict[str, Any]]:
     for rec in await rt.store.list_actors(parent_id="tether.guards"):
         if rec.class_path == class_path(Breaker):
             try:
-                breakers[rec.actor_id] = (await rt._folded(rec, Breaker)).describe(now)
+                breakers[rec.actor_id] = (await folded(rt, rec, Breaker)).describe(now)
             except tether.TetherError:  # a damaged journal: the tree says what it can
                 continue
     return [_node(n, now, breakers) for n in await rt.tree(on_corrupt=records.CorruptRows())]

@@ -219,7 +219,7 @@ async def _call(
 ) -> CallToolResult:
     """Through the runtime's supervised connection when called by the effect path; through
     a connection of its own when the tool is called directly (tests, scripts)."""
-    from tether.runtime.cell import current_step
+    from tether.runtime.step import current_step
 
     step = current_step.get()
     if step is None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether import telemetry
 from tether.actors.actor import import_class, import_object
 from tether.actors.guards.webhook import Webhook
 from tether.errors import (
@@ -24,7 +25,7 @@ from tether.errors import (
     NotPermitted,
     ToolInputError,
 )
-from tether.runtime import notices, telemetry, tracing
+from tether.runtime import notices, tracing
 from tether.runtime.approvals import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -46,7 +47,7 @@ from tether.store.records import ApprovalRecord, AuditRecord, NewMessage
 
 if TYPE_CHECKING:
     from tether.actors.tool import Tool
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.kernel import Kernel
 
 #: What a refused decision raises; each is audited before it is raised.
 _REFUSALS = (
@@ -62,7 +63,7 @@ _REFUSALS = (
 class Approvals:
     """The runtime's approvals desk (``rt.approvals``)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Kernel) -> None:
         self._rt = runtime
         self._handlers: list[Handler] = []
         self._offered: set[str] = set()

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether import telemetry
 from tether.errors import ConfigError
-from tether.runtime import telemetry
 from tether.store.records import AuditRecord
 
 if TYPE_CHECKING:
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.kernel import Kernel
 
 #: The ways a decision comes: the console's pages, its JSON API, the CLI, a policy (an
 #: attached handler, a deadline's default outcome), or the application's own code.
@@ -97,7 +97,7 @@ def entry(
     )
 
 
-async def refused(rt: Runtime, row: AuditRecord, error: BaseException) -> None:
+async def refused(rt: Kernel, row: AuditRecord, error: BaseException) -> None:
     """Append the refused attempt ``row`` (its detail: ``error``) to the audit log."""
     refusal = msgspec.structs.replace(row, outcome="refused", detail=str(error))
     await rt.store.append_audit(refusal)

@@ -21,15 +21,15 @@ import asyncio
 import contextlib
 import traceback
 from collections import deque
-from collections.abc import Coroutine, Sequence
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 import anyio
 import msgspec
 import structlog
 from opentelemetry import trace
 
+from tether import telemetry
 from tether.actors.actor import Actor, ActorSpec
 from tether.actors.messages import UNENCODABLE, DeadLettered, Event
 from tether.actors.ref import ActorRef
@@ -43,13 +43,19 @@ from tether.errors import (
     StepSuspended,
     ToolUnavailable,
 )
-from tether.runtime import effects, notices, telemetry, tracing
+from tether.runtime import effects, notices, tracing
+from tether.runtime.approval_desk import Approvals
+from tether.runtime.guards import Guards
+from tether.runtime.journal import decoders, fold
+from tether.runtime.kernel import Kernel, Staged
+from tether.runtime.reads import Reader
+from tether.runtime.step import Deactivate, Exit, Step, SupervisorFailed, current_step
+from tether.runtime.supervision import Decision, Supervision
 from tether.store.records import (
     PARKED,
-    ApprovalRecord,
     AttemptFailed,
+    BatchResult,
     Claim,
-    EffectRecord,
     EffectWrite,
     JournalRow,
     LateReply,
@@ -60,111 +66,6 @@ from tether.store.records import (
     StepCommit,
     StoredMessage,
 )
-
-if TYPE_CHECKING:
-    from tether.runtime.runtime import Runtime
-    from tether.runtime.supervision import Decision
-
-_JOURNAL_CHUNK = 20_000  # rows per journal read: few thread hops, bounded memory
-
-current_step: ContextVar[Step | None] = ContextVar("tether_current_step", default=None)
-
-
-class Step:
-    """What one handler invocation has produced so far."""
-
-    __slots__ = (
-        "cell",
-        "closed",
-        "escalate",
-        "escalations",
-        "events",
-        "last_key",
-        "late_replies",
-        "ledger",
-        "next_effect",
-        "outbox",
-        "park_approval",
-        "park_effect",
-        "park_notices",
-        "park_until",
-        "reply_deferred",
-        "stop_reason",
-        "suspended",
-    )
-
-    def __init__(self, cell: Cell) -> None:
-        # The collections start as shared empty tuples and become lists on their first add:
-        # most steps add to one of them or none, and every object a step allocates lives
-        # until its commit, long enough for the cycle collector to walk it, often twice.
-        self.cell = cell
-        self.events: list[JournalRow] | tuple[()] = ()
-        self.outbox: list[NewMessage] | tuple[()] = ()
-        self.stop_reason: str | None = None
-        self.escalate: str | None = None
-        self.closed = False
-        self.reply_deferred = False  # this message's ask is answered by a later step
-        # (msg id of an earlier ask, answer)
-        self.late_replies: list[tuple[str, Any]] | tuple[()] = ()
-        self.next_effect = 0  # the index of the step's next effect (I5)
-        self.last_key: str | None = None  # the latest effect's idempotency key
-        # effect index -> why it must wait for a person (set by guards, e.g. a loop)
-        self.escalations: dict[int, str] | None = None
-        self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
-        # Set when the step must wait for a person: it is parked instead of committed.
-        self.suspended: str | None = None
-        self.park_effect: EffectRecord | None = None
-        self.park_approval: ApprovalRecord | None = None
-        self.park_notices: list[NewMessage] | tuple[()] = ()  # a new request's notices
-        self.park_until = PARKED
-
-    def add_event(self, row: JournalRow) -> None:
-        if isinstance(self.events, list):
-            self.events.append(row)
-        else:
-            self.events = [row]
-
-    def add_outbox(self, new: NewMessage) -> None:
-        if isinstance(self.outbox, list):
-            self.outbox.append(new)
-        else:
-            self.outbox = [new]
-
-    def add_late_reply(self, msg_id: str, value: Any) -> None:
-        if isinstance(self.late_replies, list):
-            self.late_replies.append((msg_id, value))
-        else:
-            self.late_replies = [(msg_id, value)]
-
-    def suspend(
-        self,
-        reason: str,
-        effect: EffectRecord | None = None,
-        *,
-        until: float = PARKED,
-        approval: ApprovalRecord | None = None,
-        notices: list[NewMessage] | tuple[()] = (),
-    ) -> None:
-        """Make this step wait: whatever the handler does next, it is parked, not committed."""
-        if self.suspended is None:
-            self.suspended = reason
-            self.park_effect = effect
-            self.park_approval = approval
-            self.park_notices = notices
-            self.park_until = until
-
-
-class Staged:
-    """Guard events applied to a guard's state and waiting to be submitted to its journal."""
-
-    __slots__ = ("cell", "events")
-
-    def __init__(self, cell: Cell, events: list[Event]) -> None:
-        self.cell = cell
-        self.events = events
-
-    def submit(self) -> asyncio.Future[Any]:
-        return self.cell.submit_staged(self)
 
 
 class Wake:
@@ -199,16 +100,52 @@ class Wake:
             self._waiter = None
 
 
-class Exit(Exception):
-    """Supervision decided this instance leaves memory (to be restarted by its supervisor)."""
+class CellHost(Kernel, Protocol):
+    """What a cell may touch of its runtime (``Runtime``, by its shape): the kernel, the
+    settings of delivery, the services a step reaches, and the hooks that tell the runtime
+    what became of a message or of the cell."""
 
+    @property
+    def approvals(self) -> Approvals: ...
+    @property
+    def guards(self) -> Guards: ...
+    @property
+    def supervision(self) -> Supervision: ...
+    @property
+    def reads(self) -> Reader: ...
+    @property
+    def claimed(self) -> set[str]: ...
+    # msg id -> attempt -> why it did not finish (its commit failed), for its error history
+    @property
+    def unfinished(self) -> dict[str, dict[int, str]]: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def snapshot_every(self) -> int: ...
+    @property
+    def passivate_after(self) -> float | None: ...
+    @property
+    def encode(self) -> Callable[[Any], bytes]: ...
 
-class SupervisorFailed(Exception):
-    """A supervisor gave up (intensity exceeded or an escalated failure): its parent decides."""
-
-
-class Deactivate(Exception):
-    """The cell lost its lease or its actor was stopped elsewhere: leave without committing."""
+    def encode_reply(self, spec: ActorSpec, value: Any) -> bytes: ...
+    def ref(self, actor_id: str) -> ActorRef: ...
+    async def watch(self, watcher: str, watched: str) -> None: ...
+    def route(self, new: NewMessage) -> None: ...
+    def wake_at(self, when: float) -> None: ...
+    def reply_failed(self, msg_id: str, actor_id: str, errors: list[str]) -> None: ...
+    def activation_failed(self, actor_id: str, exc: Exception) -> None: ...
+    def actor_stopped_itself(self, cell: Cell, reason: str) -> None: ...
+    def detach_if_idle(self, cell: Cell) -> bool: ...
+    def cell_exited(self, cell: Cell) -> None: ...
+    def step_committed(
+        self,
+        cell: Cell,
+        msg: StoredMessage,
+        reply: Any,
+        commit: StepCommit,
+        result: BatchResult,
+        step: Step,
+    ) -> None: ...
 
 
 class Cell:
@@ -216,7 +153,7 @@ class Cell:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: CellHost,
         spec: ActorSpec,
         actor_id: str,
         init: dict[str, Any],
@@ -574,7 +511,9 @@ class Cell:
         """Fold the committed journal (after the latest snapshot) into a fresh instance (I3);
         the instance, now the live one."""
         instance = self._new_instance()
-        state, seq = await fold(self.runtime, self.spec, self._actor_id, instance)
+        state, seq = await fold(
+            self.runtime.reads, self.runtime.encode, self.spec, self._actor_id, instance
+        )
         self._state, self.seq, self.instance = state, seq, instance
         return instance
 
@@ -1149,124 +1088,3 @@ def _unfinished(m: StoredMessage, upto: int, known: dict[int, str] | None = None
         for n in range(len(errors) + 1, upto + 1)
     )
     return errors
-
-
-_Decoders = tuple[
-    "msgspec.msgpack.Decoder[Any]",
-    "msgspec.msgpack.Decoder[Any] | None",
-    "msgspec.msgpack.Decoder[Any]",
-]
-_decoders: dict[type[Any], _Decoders] = {}
-
-
-async def fold(
-    runtime: Runtime, spec: ActorSpec, actor_id: str, instance: Actor[Any]
-) -> tuple[Any, int]:
-    """The state of ``actor_id`` as its committed journal makes it (I3), folded with
-    ``instance.apply`` from the latest snapshot, and the seq it is at. Reads only: a cell's
-    recovery, and an administration process's view of an actor it does not run.
-
-    Every event from the snapshot's seq to the actor's ``head_seq`` (its last committed event,
-    stored with every step) must be read, in order, with no gap, and the snapshot must not be
-    past the head: otherwise the journal was damaged (a page of the file overwritten) and the
-    fold would be a state the actor never had. That, and a store read that fails because the
-    file is damaged, is a ``CorruptRecordError`` naming the actor: it goes unserved, and the
-    others go on."""
-    try:
-        return await _fold(runtime, spec, actor_id, instance)
-    except CorruptRecordError as exc:
-        if repr(actor_id) in str(exc):
-            raise
-        raise CorruptRecordError(f"the journal of {actor_id!r} cannot be read: {exc}") from exc
-
-
-async def _fold(
-    runtime: Runtime, spec: ActorSpec, actor_id: str, instance: Actor[Any]
-) -> tuple[Any, int]:
-    store = runtime.reads  # gathered with other activations' reads (tether.runtime.reads)
-    _, event_decoder, state_decoder = decoders(spec)
-    snap = await store.load_snapshot(actor_id)
-    # Read after the snapshot and before the journal: a head read concurrently with a live
-    # owner's commits (an administration process) is then never behind the snapshot, and the
-    # journal read after it holds at least every event up to it.
-    rec = await store.get_actor(actor_id)
-    head = rec.head_seq if rec is not None else 0
-    if snap is not None:
-        if snap.seq > head:
-            raise CorruptRecordError(
-                f"snapshot of {actor_id!r} is at seq {snap.seq}, past its last committed "
-                f"event (head_seq {head}): the journal or the actor's row is damaged"
-            )
-        try:
-            state = state_decoder.decode(snap.state)
-        except msgspec.DecodeError as exc:
-            raise CorruptRecordError(
-                f"snapshot of {actor_id!r} at seq {snap.seq} cannot be decoded: {exc}"
-            ) from exc
-        seq = snap.seq
-    else:
-        state = state_decoder.decode(runtime.encode(spec.cls.initial_state))
-        seq = 0
-    apply = instance.apply
-    decode = event_decoder.decode if event_decoder is not None else None
-    while True:
-        rows = await store.load_journal(actor_id, seq, _JOURNAL_CHUNK)
-        if rows and decode is None:
-            raise CorruptRecordError(f"{actor_id!r} has journal events but its class folds none")
-        # One comparison of two lists: cheap next to the fold, and exact (a damaged b-tree
-        # can return rows out of order, or twice, as well as too few).
-        if rows and [r.seq for r in rows] != list(range(seq + 1, seq + 1 + len(rows))):
-            raise CorruptRecordError(_gap(actor_id, seq, rows, head))
-        try:  # one try around the hot loop, not one per event
-            for row in rows:
-                state = apply(state, decode(row.payload))  # type: ignore[misc]
-        except msgspec.DecodeError as exc:
-            try:
-                decode(row.payload)  # type: ignore[misc]
-            except msgspec.DecodeError:
-                raise CorruptRecordError(
-                    f"journal of {actor_id!r} at seq {row.seq} cannot be decoded: {exc}"
-                ) from exc
-            raise  # from the actor's own apply: not a corrupt row
-        if rows:
-            seq = rows[-1].seq
-        if len(rows) < _JOURNAL_CHUNK:
-            if seq < head:
-                raise CorruptRecordError(
-                    f"journal of {actor_id!r} ends at seq {seq}, but its last committed event "
-                    f"is seq {head}: events {seq + 1}..{head} are missing (damaged store)"
-                )
-            return state, seq
-
-
-def _gap(actor_id: str, seq: int, rows: Sequence[JournalRow], head: int) -> str:
-    """Why ``rows``, read after ``seq``, are not the events ``seq + 1``, ``seq + 2``, …"""
-    expected = seq + 1
-    for row in rows:
-        if row.seq != expected:
-            break
-        expected += 1
-    return (
-        f"journal of {actor_id!r} skips from seq {expected - 1} to seq {row.seq} (its last "
-        f"committed event is seq {head}): events are missing or out of order (damaged store)"
-    )
-
-
-def decoders(spec: ActorSpec) -> _Decoders:
-    """The decoders of an actor class's messages, events (None if it folds none) and state:
-    built once per class, shared by its cells and by the check of every send to it."""
-    found = _decoders.get(spec.cls)
-    if found is None:
-        types = spec.message_types
-        found = _decoders[spec.cls] = (
-            msgspec.msgpack.Decoder(types[0] if len(types) == 1 else _union(types)),
-            msgspec.msgpack.Decoder(_union(spec.event_types)) if spec.event_types else None,
-            msgspec.msgpack.Decoder(spec.state_type),
-        )
-    return found
-
-
-def _union(types: tuple[type[Any], ...]) -> Any:
-    import typing
-
-    return typing.Union[types]  # noqa: UP007 - built at run time from a tuple

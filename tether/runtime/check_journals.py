@@ -18,9 +18,10 @@ import msgspec
 
 from tether.actors.actor import actor_spec, import_class
 from tether.errors import CorruptRecordError
-from tether.runtime.cell import decoders
 from tether.runtime.check_report import CheckReport
-from tether.runtime.runtime import Runtime, _decode_init
+from tether.runtime.journal import decoders
+from tether.runtime.runtime import Runtime
+from tether.runtime.spawn_args import decode_init
 from tether.store.records import ActorRecord, JournalRow, Snapshot
 
 _CHUNK = 10_000  # journal rows per read
@@ -39,7 +40,7 @@ class _Folder:
         try:
             self.cls = cls = import_class(rec.class_path)
             spec = actor_spec(cls)
-            self.instance = cls(**_decode_init(spec, rec.init))
+            self.instance = cls(**decode_init(spec, rec.init))
             _, self.events, self.states = decoders(spec)
             self.state = self.states.decode(rt.encode(spec.cls.initial_state))
         except Exception as exc:  # noqa: BLE001 - any failure to build it: not folded, said so

@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from tether import telemetry
 from tether.errors import JournalWriteError, StaleLeaseError
-from tether.runtime import telemetry
 from tether.store.protocol import ImmediateWrites, Store
 from tether.store.records import (
     AttemptFailed,

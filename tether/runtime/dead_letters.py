@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from tether import telemetry
 from tether.errors import (
     ActorStopped,
     ConfigError,
@@ -18,12 +19,11 @@ from tether.errors import (
     DeadLetterNotFound,
     NotPermitted,
 )
-from tether.runtime import telemetry
 from tether.runtime.audit import Identity, check_identity, entry, refused
 from tether.store.records import DeadLetter
 
 if TYPE_CHECKING:
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.kernel import Kernel
 
 
 def check_filter(actor_id: object) -> None:
@@ -40,7 +40,7 @@ def _report_corrupt(msg_id: str, exc: CorruptRecordError) -> None:
 class DeadLetters:
     """The dead-letter store of one Runtime. Nothing is dropped without a record here."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Kernel) -> None:
         self._rt = runtime
 
     async def list(

@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import anyio
 import msgspec
 
-from tether.actors.guards.actors import ApprovalRequested, ApprovalSettled
+from tether import telemetry
 from tether.actors.guards.breaker import CallToken, Refused
 from tether.actors.messages import UNENCODABLE, nesting_problem
 from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
 from tether.errors import (
-    ApprovalRejected,
     ConfigError,
     DeterminismViolation,
     EffectAborted,
@@ -46,12 +45,14 @@ from tether.errors import (
     ToolUnavailable,
     TransientToolError,
 )
-from tether.runtime import approvals, notices, telemetry, tracing
+from tether.runtime import gate
+from tether.runtime.gate import EffectCell
 from tether.runtime.interrupts import CallInterrupted, Interruptible
-from tether.store.records import ApprovalRecord, EffectRecord, EffectWrite, NewMessage
+from tether.runtime.kernel import Staged
+from tether.runtime.step import Step
+from tether.store.records import EffectRecord, EffectWrite
 
 if TYPE_CHECKING:
-    from tether.runtime.cell import Cell, Staged, Step
     from tether.runtime.guards import BreakerGuard, LoopWatch
     from tether.store.records import StoredMessage
 
@@ -67,7 +68,7 @@ def effect_key(actor_id: str, msg_id: str, idx: int, tool: str, input_hash: str)
     return hashlib.sha256(raw).hexdigest()[:40]
 
 
-async def perform(cell: Cell, step: Step, tool: Tool, args: dict[str, Any]) -> Any:
+async def perform(cell: EffectCell, step: Step, tool: Tool, args: dict[str, Any]) -> Any:
     """Run one effect of ``step`` through the ledger and return its result."""
     if not isinstance(tool, Tool):
         raise ConfigError(
@@ -133,7 +134,7 @@ class _Effect:
 
     def __init__(
         self,
-        cell: Cell,
+        cell: EffectCell,
         step: Step,
         m: StoredMessage,
         tool: Tool,
@@ -181,11 +182,11 @@ class _Effect:
             # call a person was asked about was seen before it was held); the breaker admits
             # each attempt; the gate decides whether the call waits for a person, and with
             # which arguments it runs (as approved, perhaps modified).
-            asked = await self._approval()
+            asked = await gate.approval_for(self)
             if recorded is None and asked is None:
                 await self._watch_loops()
             self.breaker = await self.cell.runtime.guards.breaker(self.tool)
-            await self._gate(asked)
+            await gate.judge(self, asked)
         if recorded is None:
             return await self._call(self._record("pending", attempts=1), first=True)
         match recorded.status:
@@ -207,158 +208,6 @@ class _Effect:
             case _:  # "pending": the intent is recorded, the outcome is not
                 why = f"attempt {recorded.attempts} did not report back (the process stopped)"
                 return await self._ambiguous(recorded, why)
-
-    # -- the escalation gate (I9) -------------------------------------------------------------
-
-    async def _gate(self, record: ApprovalRecord | None) -> None:
-        """Hold the call for a person when it needs approval; on approval, run exactly the
-        approved call (``self.kwargs`` / ``self.args_blob``); on rejection, raise.
-
-        Invariant: a request recorded for this call's place (``record``: same message, same
-        effect index) decides the call whatever escalates it now. The reason is looked for
-        only when there is no request: a replay may not find it again (the loop detector
-        takes a replayed slot for no new call, a run of failures is counted in memory and
-        lost with the process, ``escalation_reason`` may answer otherwise), and a rejection
-        that held only while its reason was found again let the rejected call run on the
-        step's redelivery, unheard by the agent."""
-        cell, tool = self.cell, self.tool
-        rt = cell.runtime
-        rid = approvals.request_id_for(cell.actor_id, self.m.msg_id, self.idx)
-        now = rt.clock()
-        if record is None:
-            reason = self._escalation()
-            if reason is None:
-                return
-            instance = cell.instance
-            context = instance.approval_context(tool.name, dict(self.kwargs)) if instance else {}
-            policy = getattr(instance, "approval_policy", None) or rt.approval_policy
-            record = approvals.new_request(
-                actor_id=cell.actor_id,
-                msg_id=self.m.msg_id,
-                idx=self.idx,
-                tool=tool,
-                args_blob=self.args_blob,
-                input_hash=self.input_hash,
-                reason=reason,
-                context=context,
-                policy=policy,
-                now=now,
-                traceparent=tracing.current() or self.m.traceparent,
-            )
-            stored = await self._notices(record)
-            await self._gate_event(
-                ApprovalRequested(
-                    request_id=rid,
-                    tool=tool.name,
-                    reason=reason,
-                    fingerprint=record.fingerprint,
-                    deadline=record.deadline,
-                    at=now,
-                )
-            )
-            self.step.suspend(
-                f"call {tool.name} waits for approval {rid}: {reason}",
-                until=record.deadline,
-                approval=record,
-                notices=stored,
-            )
-            raise StepSuspended(self.step.suspended or reason)
-        if record.fingerprint != approvals.fingerprint(tool.name, self.input_hash):
-            raise DeterminismViolation(
-                tool.name,
-                rid,
-                f"approval {rid} was asked for another call at effect #{self.idx}; "
-                "what was approved is the only thing that may run there",
-            )
-        if record.status == "pending":
-            if now < record.deadline:
-                self.step.suspend(
-                    f"call {tool.name} waits for approval {rid}", until=record.deadline
-                )
-                raise StepSuspended(self.step.suspended or rid)
-            expired = await rt.approvals.record_timeout(record, now)
-            if expired is not None:
-                record = expired
-                self.log.warning("approval_timed_out", request_id=rid, outcome=record.status)
-            else:  # decided meanwhile: take what is stored
-                record = (await rt.store.find_approvals(request_id=rid))[0]
-        await self._settled(record, now)
-        if record.status == "rejected":
-            last = record.decisions[-1] if record.decisions else None
-            raise ApprovalRejected(
-                tool.name,
-                rid,
-                last.by if last else "unknown",
-                (last.reason if last else None) or "rejected",
-            )
-        if record.status != "approved" or record.approved_args is None:
-            raise DeterminismViolation(tool.name, rid, f"approval {rid} is {record.status}")
-        if record.approved_args != self.args_blob:
-            approved = tool.prepare(msgspec.msgpack.decode(record.approved_args, type=dict))
-            self.kwargs, self.args_blob = approved.kwargs, approved.args_blob
-        self.log.info(
-            "approval_applied", request_id=rid, modified=record.approved_args != record.args
-        )
-
-    async def _notices(self, record: ApprovalRecord) -> list[NewMessage]:
-        """The ``approval.requested`` notices of a new request, stored with its park."""
-        if not record.notify:
-            return []
-        rt = self.cell.runtime
-        await notices.ensure_notifiers(rt, record.notify)
-        request = msgspec.to_builtins(approvals.view(record))
-        return notices.notices(rt, record, notices.REQUESTED, request, record.created_at)
-
-    async def _gate_event(self, event: Any) -> None:
-        """Journal ``event`` in the session's gate, with the session's next commit."""
-        gate = await self.cell.runtime.guards.gate(self.cell)
-        if gate is not None:
-            self._journal(gate.stage_events([event]))
-
-    async def _settled(self, record: ApprovalRecord, now: float) -> None:
-        """The first time the session sees its request decided, the gate journals how."""
-        gate = await self.cell.runtime.guards.gate(self.cell)
-        if gate is None or record.request_id not in gate.state.pending:
-            return
-        last = record.decisions[-1] if record.decisions else None
-        self._journal(
-            gate.stage_events(
-                [
-                    ApprovalSettled(
-                        request_id=record.request_id,
-                        status=record.status,
-                        by=last.by if last else "unknown",
-                        reason=(last.reason if last else None) or "",
-                        at=now,
-                    )
-                ]
-            )
-        )
-
-    def _escalation(self) -> str | None:
-        """Why this call must wait for a person, or None."""
-        if self.tool.requires_approval:
-            return f"tool {self.tool.name} requires approval"
-        escalations = self.step.escalations
-        forced = escalations.get(self.idx) if escalations else None
-        if forced is not None:
-            return forced
-        instance = self.cell.instance
-        limit = getattr(instance, "escalate_after_failures", None)
-        failed = self.cell.tool_failures.get(self.tool.name, 0)
-        if limit is not None and failed >= limit:
-            return f"tool {self.tool.name} failed {failed} times in a row in this session"
-        if instance is not None:
-            return instance.escalation_reason(self.tool.name, dict(self.kwargs))
-        return None
-
-    async def _approval(self) -> ApprovalRecord | None:
-        """The request made for this call's place on an earlier run of the step, if any."""
-        if self.m.attempts <= 1 and self.m.parks == 0:
-            return None  # a message that never waited has no request yet
-        rid = approvals.request_id_for(self.cell.actor_id, self.m.msg_id, self.idx)
-        rows = await self.cell.runtime.store.find_approvals(request_id=rid)
-        return rows[0] if rows else None
 
     async def _recorded(self) -> EffectRecord | None:
         """The ledger row of this slot. A message on its first attempt that never waited has
@@ -413,7 +262,7 @@ class _Effect:
         if guards:
             await asyncio.gather(*guards)
 
-    def _journal(self, staged: Staged | None) -> None:
+    def journal(self, staged: Staged | None) -> None:
         if staged is not None:
             self.pending.append(staged)
 
@@ -434,7 +283,7 @@ class _Effect:
         now = self.cell.runtime.clock()
         slot = f"{self.m.msg_id}#{self.idx}"
         detection, staged = loops.call(self.tool.name, self.args_hash, now, slot)
-        self._journal(staged)
+        self.journal(staged)
         if detection is None:
             detection = loops.take_pending()
         if detection is None:
@@ -464,7 +313,7 @@ class _Effect:
         detection, staged = self.loops.result(
             self.tool.name, self.args_hash, result_hash(blob), now
         )
-        self._journal(staged)
+        self.journal(staged)
         if detection is not None:
             self.loops.hold(detection)  # told before the session's next call
 
@@ -475,7 +324,7 @@ class _Effect:
             return None
         now = self.cell.runtime.clock()
         admission, events = breaker.admit(now)
-        self._journal(breaker.journal(events))
+        self.journal(breaker.journal(events))
         if isinstance(admission, Refused):
             raise ToolUnavailable(
                 self.tool.name,
@@ -490,7 +339,7 @@ class _Effect:
             return
         duration = time.monotonic() - started
         events = self.breaker.record(token, exc, duration, self.cell.runtime.clock())
-        self._journal(self.breaker.journal(events))
+        self.journal(self.breaker.journal(events))
 
     # -- outcomes ----------------------------------------------------------------------------
 

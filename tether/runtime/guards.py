@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from tether.actors.actor import class_path
+from tether import telemetry
+from tether.actors.actor import class_path, current_path
 from tether.actors.guards.actors import (
     GUARDS_SUPERVISOR,
     Breaker,
     Gate,
-    GuardSupervisor,
     LoopGuard,
     breaker_id,
     gate_id,
     loops_id,
-    wrong_guard,
 )
 from tether.actors.guards.breaker import Admission, BreakerCore, BreakerPolicy, CallToken
 from tether.actors.guards.loops import (
@@ -41,17 +40,16 @@ from tether.actors.guards.loops import (
 from tether.actors.guards.notifier import Notifier, notifier_id
 from tether.actors.tool import Tool, classify
 from tether.errors import ActorNotFound, AlreadyStarted, ConfigError, CorruptRecordError
-from tether.runtime import telemetry
+from tether.supervisor.guards import GuardSupervisor, wrong_guard
 from tether.supervisor.spec import ChildSpec
 
 if TYPE_CHECKING:
-    from tether.runtime.cell import Cell, Staged
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.kernel import ActiveCell, Kernel, Staged
 
 G = TypeVar("G")
 
 
-def guard_instance(cell: Cell, cls: type[G]) -> G:
+def guard_instance(cell: ActiveCell, cls: type[G]) -> G:
     """The live instance of a guard's cell, checked to be a ``cls``. Another class there (an
     actor a user spawned at the guard's id before such ids were reserved) fails the call that
     needs the guard, by name: it is never made unguarded, and never fails on an assertion."""
@@ -66,7 +64,7 @@ class BreakerGuard:
     """One tool's breaker as the effect path sees it."""
 
     def __init__(
-        self, tool: Tool, policy: BreakerPolicy, taxonomy: bool, cell: Cell | None
+        self, tool: Tool, policy: BreakerPolicy, taxonomy: bool, cell: ActiveCell | None
     ) -> None:
         self.tool = tool
         self.policy = policy
@@ -127,7 +125,7 @@ class LoopWatch:
     it starts (``LoopGuard.on_start``): no extra row per call.
     """
 
-    def __init__(self, cell: Cell) -> None:
+    def __init__(self, cell: ActiveCell) -> None:
         self.cell = cell
 
     def hold(self, detection: Detection) -> None:
@@ -178,7 +176,7 @@ _PERMANENT = (ConfigError, CorruptRecordError)
 class Guards:
     """The runtime's guard registry (``rt.guards``)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Kernel) -> None:
         self._rt = runtime
         self._locks: dict[str, list[Any]] = {}  # actor id -> [lock, users]
         self._fallback: dict[str, BreakerGuard] = {}
@@ -233,7 +231,7 @@ class Guards:
         guard = self._guards[tool.name] = BreakerGuard(tool, policy, taxonomy, cell)
         return guard
 
-    async def loops(self, actor: Cell) -> LoopWatch | None:
+    async def loops(self, actor: ActiveCell) -> LoopWatch | None:
         """The loop detector of the actor behind ``actor`` (None without a loop policy)."""
         cached: LoopWatch | None = actor.loop_watch
         if cached is not None and self._rt.cells.get(cached.cell.actor_id) is cached.cell:
@@ -259,7 +257,7 @@ class Guards:
         ``tether.guards``, on first use; it may be active in another runtime)."""
         await self._cell(notifier_id(url), Notifier, {"url": url})
 
-    async def gate(self, actor: Cell) -> Cell | None:
+    async def gate(self, actor: ActiveCell) -> ActiveCell | None:
         """The escalation gate of the actor behind ``actor`` (its journal of held calls)."""
         return await self._cell(
             gate_id(actor.actor_id), Gate, {"session_id": actor.actor_id}, dynamic=False
@@ -267,7 +265,7 @@ class Guards:
 
     async def child(
         self, actor_id: str, cls: type[Any], init: dict[str, Any], *, parent: str | None = None
-    ) -> Cell | None:
+    ) -> ActiveCell | None:
         """An actor that serves the effect path (``tether.mcp``'s server connections), started
         on first use as a dynamic child of ``tether.guards``, or of ``parent``: a supervisor
         that is itself such a child, started first. Its live cell here; None if another
@@ -282,7 +280,7 @@ class Guards:
         *,
         dynamic: bool = True,
         parent: str | None = None,
-    ) -> Cell | None:
+    ) -> ActiveCell | None:
         """The guard's live cell here, created and started on first use; None if another
         runtime owns it. ``dynamic``: recorded as a dynamic child of ``parent`` (by default
         ``tether.guards``: the breakers); otherwise a child by its record alone (a session's
@@ -312,10 +310,10 @@ class Guards:
 
     async def _start(
         self, actor_id: str, cls: type[Any], init: dict[str, Any], dynamic: bool, parent: str
-    ) -> Cell | None:
+    ) -> ActiveCell | None:
         rt = self._rt
         rec = await rt.store.get_actor(actor_id)
-        if rec is not None and rec.class_path != class_path(cls):
+        if rec is not None and current_path(rec.class_path) != class_path(cls):
             # Not started through the guard path: it is not a guard, whatever it does.
             raise wrong_guard(actor_id, rec.class_path, cls)
         if rec is None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from tether.runtime.cell import Cell
+    from tether.runtime.kernel import ActiveCell
 
 
 class CallInterrupted(Exception):
@@ -39,7 +39,7 @@ class Interruptible:
 
     __slots__ = ("_scope", "cell", "timeout")
 
-    def __init__(self, cell: Cell, timeout: float | None) -> None:
+    def __init__(self, cell: ActiveCell, timeout: float | None) -> None:
         self.cell = cell
         self.timeout = timeout
 

@@ -27,7 +27,8 @@ from tether.actors.guards.notifier import Notifier, WebhookNotice, notifier_id
 from tether.store.records import ApprovalRecord, NewMessage
 
 if TYPE_CHECKING:
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.guards import Guards
+    from tether.runtime.kernel import Kernel
 
 REQUESTED = "approval.requested"
 DECIDED = "approval.decided"
@@ -51,7 +52,7 @@ def body(nid: str, event: str, now: float, request: dict[str, Any]) -> str:
 
 
 def notices(
-    rt: Runtime, record: ApprovalRecord, event: str, request: dict[str, Any], now: float
+    rt: Kernel, record: ApprovalRecord, event: str, request: dict[str, Any], now: float
 ) -> list[NewMessage]:
     """The notices of ``event`` on ``record`` (``request``: its view as builtins), one per
     webhook URL of its policy; none if it has none."""
@@ -71,14 +72,14 @@ def notices(
     return out
 
 
-async def ensure_notifiers(rt: Runtime, urls: list[str]) -> None:
+async def ensure_notifiers(guards: Guards, urls: list[str]) -> None:
     """Create the notifiers of ``urls`` that do not exist yet (before a notice is stored for
     one: a message to an actor that does not exist would never be delivered)."""
     for url in urls:
-        await rt.guards.notifier(url)
+        await guards.notifier(url)
 
 
-def wake(rt: Runtime, stored: list[NewMessage]) -> None:
+def wake(rt: Kernel, stored: list[NewMessage]) -> None:
     """After ``stored`` committed: the notifiers active here run them now (elsewhere, their
     owners' scans find them)."""
     for n in stored:

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
+from tether import telemetry
 from tether.actors.messages import UNENCODABLE, nesting_problem
 from tether.errors import ConfigError, CorruptRecordError, EffectNotFound, NotPermitted
-from tether.runtime import telemetry
 from tether.runtime.audit import Identity, check_identity, entry, refused
 from tether.runtime.dead_letters import check_filter
 from tether.store.records import EffectRecord
 
 if TYPE_CHECKING:
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.kernel import Kernel
 
 
 class QuarantinedEffect(msgspec.Struct, frozen=True):
@@ -58,7 +58,7 @@ def _report_corrupt(key: str, exc: CorruptRecordError) -> None:
 class Quarantine:
     """The runtime's view of quarantined effects (``rt.quarantine``)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Kernel) -> None:
         self._rt = runtime
 
     async def list(

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import heapq
-import itertools
-import math
 import os
 import secrets
 import socket
@@ -23,17 +20,15 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import anyio
 import msgspec
 
-from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, import_class
-from tether.actors.guards.actors import check_id_use
+from tether import telemetry
+from tether.actors.actor import Actor, ActorSpec, actor_spec, check_init, current_path, import_class
+from tether.actors.guards.gate import ApprovalPolicy
 from tether.actors.messages import (
     UNENCODABLE,
-    FallibleReply,
     Message,
     Terminated,
-    nesting_problem,
 )
 from tether.actors.ref import ActorRef
-from tether.actors.status import actor_status
 from tether.errors import (
     ActorIdTaken,
     ActorNotFound,
@@ -43,27 +38,29 @@ from tether.errors import (
     ChildStartFailed,
     ConfigError,
     CorruptRecordError,
-    MessageDeadLettered,
-    MessageRejected,
     RuntimeClosed,
     StoreError,
-    TetherError,
 )
-from tether.runtime import telemetry, tracing
 from tether.runtime.activations import ActivationQueue
 from tether.runtime.approval_desk import Approvals
-from tether.runtime.approvals import ApprovalPolicy
-from tether.runtime.cell import Cell, Step, current_step, decoders, fold
+from tether.runtime.cell import Cell
 from tether.runtime.clock import Clock, SystemClock
 from tether.runtime.collector import GcPolicy, governor
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
+from tether.runtime.journal import folded
+from tether.runtime.kernel import ActiveCell
+from tether.runtime.mail import Mail, check_type, due_now
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.reads import Reader
+from tether.runtime.replies import Replies
+from tether.runtime.scheduler import Scheduler
+from tether.runtime.spawn_args import decode_init
+from tether.runtime.step import Step, current_step
 from tether.runtime.supervision import Supervision
-from tether.runtime.tree import TreeNode
-from tether.store.hosts import process_start, runtime_gone, this_host
+from tether.runtime.tree import TreeNode, supervision_tree
+from tether.store.hosts import process_start, this_host
 from tether.store.integrity import SelfChecking
 from tether.store.open import open_store, shown
 from tether.store.protocol import Store
@@ -72,7 +69,6 @@ from tether.store.records import (
     BatchResult,
     LeaseAcquire,
     LeaseRelease,
-    MessageCursor,
     NewMessage,
     Spawn,
     StepCommit,
@@ -80,6 +76,7 @@ from tether.store.records import (
     StoredMessage,
     Watch,
 )
+from tether.supervisor.guards import check_id_use
 from tether.supervisor.spec import ChildSpec
 
 if TYPE_CHECKING:
@@ -191,22 +188,19 @@ class Runtime:
         # msg id -> attempt -> why it did not finish (its commit failed), for its error history
         self.unfinished: dict[str, dict[int, str]] = {}
         self.dead_letters = DeadLetters(self)
-        self.supervision = Supervision(self)
         self.quarantine = Quarantine(self)
         self.approvals = Approvals(self)
         self.serving = serve
         self.gc_policy = gc
         self.guards = Guards(self)
+        self.supervision = Supervision(self, self.guards)
         self.approval_policy = approval_policy if approval_policy is not None else ApprovalPolicy()
 
         self._encoder = msgspec.msgpack.Encoder()
         self.encode = self._encoder.encode
-        self._ids = itertools.count(1)
-        self._id_prefix = secrets.token_hex(8)  # 64 bits: msg ids key the effects ledger
+        self.mail = Mail(self.encode, self.clock, max_message_bytes)
         self._known: dict[str, tuple[ActorSpec, str]] = {}  # actor id -> (spec, status)
-        self._asks: dict[str, list[asyncio.Future[Any]]] = {}
-        self._ask_actor: dict[str, str] = {}
-        self._reply_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+        self.replies = Replies(store, self._spec_only)
         self._activating: dict[str, asyncio.Event] = {}  # in progress; set when done
         self._to_activate = ActivationQueue(
             self._activate_quietly, self.start_soon, _ACTIVATING_AT_ONCE
@@ -214,12 +208,8 @@ class Runtime:
         self._not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self._failures: dict[str, int] = {}
         self._stopping: set[str] = set()
-        self._timers: list[float] = []
-        self._ask_deadlines = _Deadlines(AskTimeout)
-        self._scheduler_wake = asyncio.Event()
+        self.scheduler = Scheduler(self, own_prefix=self.mail.own_prefix)
         self._replies_wake = asyncio.Event()  # an admin process's: a reply may be stored
-        self._scan_cursor: MessageCursor | None = None  # the scheduler's: where its scan stopped
-        self._last_due: float | None = None  # the scheduler's: delayed messages seen up to then
         self._tg: anyio.abc.TaskGroup | None = None
         # Tasks asked for where none can be started (a loop callback): started by _starter.
         self._pending_starts: collections.deque[
@@ -247,7 +237,7 @@ class Runtime:
                 await self.store.register_runtime(
                     self.runtime_id, self.host, os.getpid(), process_start(os.getpid()) or now
                 )
-                await self._reap_dead_runtimes()
+                await self.scheduler.reap_dead_runtimes()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
         except BaseException:
@@ -265,9 +255,9 @@ class Runtime:
         if not self.serving:  # asks from an admin process are answered by the serving ones
             self._tg.start_soon(self._keep_running, "reply_poll", self._reply_poller)
         if self.serving:
-            self._tg.start_soon(self._keep_running, "scheduler", self._scheduler)
-            self._tg.start_soon(self._keep_running, "lease_renewal", self._renew_leases)
-            self._tg.start_soon(self._keep_running, "retention_purge", self._purge)
+            self._tg.start_soon(self._keep_running, "scheduler", self.scheduler.scan)
+            self._tg.start_soon(self._keep_running, "lease_renewal", self.scheduler.renew_leases)
+            self._tg.start_soon(self._keep_running, "retention_purge", self.scheduler.purge)
         telemetry.log.debug(
             "runtime_opened",
             runtime_id=self.runtime_id,
@@ -312,11 +302,7 @@ class Runtime:
                     if self.serving:
                         governor.exit(self.gc_policy)
                     await self.store.close()
-        for futs in self._asks.values():
-            for fut in futs:
-                if not fut.done():
-                    fut.set_exception(RuntimeClosed("the runtime closed before the reply arrived"))
-        self._ask_deadlines.clear()
+        self.replies.close()
         telemetry.log.debug("runtime_closed", runtime_id=self.runtime_id)
 
     def _check_open(self) -> None:
@@ -370,7 +356,7 @@ class Runtime:
             stored = await self.store.get_actor(actor_id)
             if stored is None:
                 raise StoreError(f"spawning {actor_id!r} stored no record")
-        if stored.class_path != spec.class_path:
+        if current_path(stored.class_path) != spec.class_path:
             taken = f"it is taken by a {stored.class_path}, not a {spec.class_path}"
             if parent_id is not None:  # a supervisor starting a child (see Supervision.start_child)
                 raise ActorIdTaken(actor_id, taken)
@@ -393,7 +379,7 @@ class Runtime:
     def _encode_init(self, spec: ActorSpec, actor_id: str, init: dict[str, Any]) -> bytes:
         """Spawn arguments as stored; checked now against what recovery will decode."""
         encoded = check_init(spec.cls, init, f"cannot spawn {actor_id!r}")
-        decoded = _decode_init(spec, encoded)
+        decoded = decode_init(spec, encoded)
         # Construct it once, as recovery will: a constructor that refuses these arguments (an
         # agent session with an empty goal or no model) is refused now, before anything is
         # stored. Otherwise the actor was stored, spawn returned, and every activation failed.
@@ -420,6 +406,9 @@ class Runtime:
         await self._spec_of(actor_id)
         return ActorRef(self, actor_id)
 
+    async def _spec_only(self, actor_id: str) -> ActorSpec:
+        return (await self._spec_of(actor_id))[0]
+
     async def _spec_of(self, actor_id: str) -> tuple[ActorSpec, str]:
         known = self._known.get(actor_id)
         if known is not None:
@@ -439,7 +428,7 @@ class Runtime:
         if not self._open:
             self._check_open()  # raises
         spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
-        new = self._prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
+        new = self.mail.prepare(actor_id, spec, msg, dedup_key, delay, wants_reply=False)
         step = current_step.get()
         if step is not None and not step.closed and step.cell.runtime is self:
             step.add_outbox(new)  # committed with the sender's step (I2)
@@ -456,12 +445,12 @@ class Runtime:
         if not (type(timeout) in (float, int) and timeout > 0):  # the usual case, checked cheaply
             _positive("ask timeout", timeout)
         spec = self._active_spec(actor_id) or await self._spec_for_send(actor_id, msg)
-        new = self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=True)
+        new = self.mail.prepare(actor_id, spec, msg, dedup_key, None, wants_reply=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         fut: asyncio.Future[Any] = loop.create_future()
         waiting_on = new.msg_id
-        self._wait_reply(waiting_on, actor_id, fut)
+        self.replies.wait(waiting_on, actor_id, fut)
         try:
             self._claim_on_insert(new)
             result = self.committer.apply_now(new)  # a store that never waits (MemoryStore)
@@ -478,16 +467,16 @@ class Runtime:
             original = result.duplicates.get(new.msg_id)  # else routed by _message_stored
             if original is not None:
                 # Asked before with this dedup key: wait for (or fetch) the first reply.
-                self._unwait_reply(waiting_on, fut)
+                self.replies.unwait(waiting_on, fut)
                 waiting_on = original
-                self._wait_reply(waiting_on, actor_id, fut)
-                self._scheduler_wake.set()
+                self.replies.wait(waiting_on, actor_id, fut)
+                self.scheduler.wake()
             # A deadline fails the reply future: cheaper than a cancel scope around the wait.
-            self._ask_deadlines.add(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
+            self.replies.deadline(loop, deadline, fut, (actor_id, type(msg).__name__, timeout))
             return await fut
         finally:
-            if waiting_on in self._asks:  # else answered (_resolve removed it) or never waited
-                self._unwait_reply(waiting_on, fut)
+            if waiting_on in self.replies:  # else answered (resolve removed it) or never waited
+                self.replies.unwait(waiting_on, fut)
 
     async def stop(self, actor_id: str, reason: str) -> None:
         """Stop an actor for good: it finishes its current message; the rest go to dead letters."""
@@ -536,92 +525,17 @@ class Runtime:
         that is not active (after the type check: a wrong type is reported first)."""
         spec, status = await self._spec_of(actor_id)
         if status != "active":
-            _check_type(actor_id, spec, msg)
+            check_type(actor_id, spec, msg)
             rec = await self.store.get_actor(actor_id)
             raise ActorStopped(actor_id, rec.stop_reason if rec else None)
         return spec
-
-    def _prepare(
-        self,
-        actor_id: str,
-        spec: ActorSpec,
-        msg: Message,
-        dedup_key: str | None,
-        delay: float | None,
-        *,
-        wants_reply: bool,
-    ) -> NewMessage:
-        """The message to store, once every check a send makes has passed (``spec``: the
-        receiver's, active)."""
-        _check_type(actor_id, spec, msg)
-        if delay is not None and not (type(delay) in (float, int) and 0 <= delay < math.inf):
-            _check_delay(delay)  # the usual case is checked above, cheaply
-        if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key):
-            raise ConfigError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
-        try:
-            payload = self.encode(msg)
-            too_deep = nesting_problem(msg, payload)
-        except UNENCODABLE as exc:
-            too_deep = nesting_problem(msg)
-            if too_deep is None:
-                raise MessageRejected(
-                    actor_id,
-                    f"{type(msg).__name__} that cannot be encoded ({exc})",
-                    spec.accepted_names,
-                ) from exc
-        if too_deep is not None:
-            # Refused by one limit, not where the stack of the moment runs out: a payload that
-            # encodes here could fail to decode at delivery, deeper in another stack.
-            raise MessageRejected(
-                actor_id,
-                f"{type(msg).__name__} that cannot be stored: {too_deep}",
-                spec.accepted_names,
-            )
-        if len(payload) > self.max_message_bytes:
-            raise MessageRejected(
-                actor_id,
-                f"{type(msg).__name__} of {len(payload)} bytes (limit {self.max_message_bytes})",
-                spec.accepted_names,
-            )
-        try:
-            # A Struct does not check its fields when it is built: decoding the payload as the
-            # receiver will finds a field of the wrong type now, before anything is stored,
-            # instead of at delivery. The receiver's cell here gets the decoded message.
-            decoded = decoders(spec)[0].decode(payload)
-        except msgspec.DecodeError as exc:  # ValidationError, or a type that does not round-trip
-            raise MessageRejected(
-                actor_id, f"{type(msg).__name__} with an invalid field ({exc})", spec.accepted_names
-            ) from exc
-        now = self.clock()
-        type_name = type(msg).__name__
-        # The trace the message joins (tether.runtime.tracing): a step's sends pass on its own.
-        step = current_step.get()
-        if step is not None and not step.closed:
-            inbound = step.cell.current
-            traceparent = tracing.outgoing(
-                inbound.traceparent if inbound is not None else None, True, actor_id, type_name
-            )
-        else:
-            traceparent = tracing.outgoing(None, False, actor_id, type_name)
-        return NewMessage(
-            msg_id=f"{self._id_prefix}-{next(self._ids)}",
-            actor_id=actor_id,
-            type=type_name,
-            payload=payload,
-            deliver_at=now + delay if delay else now,
-            created_at=now,
-            dedup_key=dedup_key,
-            wants_reply=wants_reply,
-            traceparent=traceparent,
-            decoded=decoded,
-        )
 
     def prepare_message(
         self, actor_id: str, spec: ActorSpec, msg: Message, dedup_key: str | None
     ) -> NewMessage:
         """A message the runtime itself sends ``actor_id`` (whose spec is ``spec``), checked as
         every send is; stored by the caller's own write, then handed to ``route``."""
-        return self._prepare(actor_id, spec, msg, dedup_key, None, wants_reply=False)
+        return self.mail.prepare(actor_id, spec, msg, dedup_key, None, wants_reply=False)
 
     def _claim_on_insert(self, new: NewMessage) -> None:
         """Count the first delivery attempt in the insert itself when the receiver is idle and
@@ -636,7 +550,7 @@ class Runtime:
             and cell.instance is not None
             and cell.current is None
             and not cell.buffer
-            and _due_now(new, self.clock)
+            and due_now(new, self.clock)
         ):
             new.attempts = 1
             self.claimed.add(new.msg_id)
@@ -654,9 +568,8 @@ class Runtime:
     def route(self, new: NewMessage) -> None:
         """After ``new`` committed (on its own, or with the write of a step or of a dead
         letter): hand it to its cell here, or wake whoever must run it."""
-        if not _due_now(new, self.clock):
-            heapq.heappush(self._timers, new.deliver_at)
-            self._scheduler_wake.set()
+        if not due_now(new, self.clock):
+            self.scheduler.wake_at(new.deliver_at)
             return
         cell = self.cells.get(new.actor_id)
         if cell is not None:
@@ -674,32 +587,9 @@ class Runtime:
                 )
             )
         else:
-            self._activate_soon(new.actor_id)
+            self.activate_soon(new.actor_id)
 
     # -- replies ------------------------------------------------------------------------------
-
-    def _wait_reply(self, msg_id: str, actor_id: str, fut: asyncio.Future[Any]) -> None:
-        self._asks.setdefault(msg_id, []).append(fut)
-        self._ask_actor[msg_id] = actor_id
-
-    def _unwait_reply(self, msg_id: str, fut: asyncio.Future[Any]) -> None:
-        futs = self._asks.get(msg_id)
-        if futs is not None and fut in futs:
-            futs.remove(fut)
-            if not futs:
-                del self._asks[msg_id]
-                self._ask_actor.pop(msg_id, None)
-
-    def _resolve(self, msg_id: str, value: Any = None, error: BaseException | None = None) -> None:
-        if error is None and isinstance(value, FallibleReply):
-            error = value.failure()  # a reply that stands for a failure is raised
-        for fut in self._asks.pop(msg_id, ()):
-            if not fut.done():
-                if error is not None:
-                    fut.set_exception(error)
-                else:
-                    fut.set_result(value)
-        self._ask_actor.pop(msg_id, None)
 
     def encode_reply(self, spec: ActorSpec, value: Any) -> bytes:
         try:
@@ -711,77 +601,18 @@ class Runtime:
             ) from exc
 
     def reply_failed(self, msg_id: str, actor_id: str, errors: list[str]) -> None:
-        if msg_id in self._asks:
-            self._resolve(msg_id, error=MessageDeadLettered(actor_id, msg_id, errors))
+        self.replies.failed(msg_id, actor_id, errors)
 
     def stopped_for_good(self, actor_id: str, reason: str) -> None:
         """``actor_id``'s stop committed: the asks still waiting on it here are answered now,
-        not at their timeout nor at the next poll (see ``_answer_stopped``)."""
-        if actor_id in self._ask_actor.values():
-            self.start_soon(self._answer_stopped, actor_id, reason)
-
-    async def _answer_stopped(self, actor_id: str, reason: str) -> None:
-        """A message the stop moved to the dead letters answers with its stored error history
-        (``MessageDeadLettered``); one whose reply the actor deferred (``reply_later``: an agent
-        session's task) with ``ActorStopped``: no step of a stopped actor will answer it."""
-        waiting = [msg_id for msg_id, a in self._ask_actor.items() if a == actor_id]
-        await self._poll_replies(waiting)
-        for msg_id in waiting:
-            if msg_id in self._asks:
-                self._resolve(msg_id, error=ActorStopped(actor_id, reason))
-
-    async def _poll_replies(self, msg_ids: list[str] | None = None) -> None:
-        """Fetch stored replies for asks answered by another process (or before a dedup hit);
-        of ``msg_ids`` only, if given."""
-        if not self._asks:
-            return
-        for reply in await self.store.get_replies(list(self._asks) if msg_ids is None else msg_ids):
-            actor_id = self._ask_actor.get(reply.msg_id, "?")
-            if reply.ok:
-                try:
-                    spec, _ = await self._spec_of(actor_id)
-                    value = self._reply_decoder(spec).decode(reply.payload)
-                except msgspec.DecodeError as exc:
-                    # A reply that does not fit the handler's declared return type (or a
-                    # damaged row): the asker gets a TetherError naming it, not msgspec's.
-                    self._resolve(
-                        reply.msg_id,
-                        error=CorruptRecordError(
-                            f"the reply of {actor_id!r} to message {reply.msg_id} does not "
-                            f"decode as {spec.cls.__qualname__}.handle's return type: {exc}"
-                        ),
-                    )
-                    continue
-                except TetherError as exc:
-                    self._resolve(reply.msg_id, error=exc)
-                    continue
-                self._resolve(reply.msg_id, value)
-            else:
-                try:
-                    errors = msgspec.msgpack.decode(reply.payload, type=list[str])
-                except msgspec.DecodeError:
-                    errors = ["(the stored error history cannot be decoded)"]
-                self._resolve(
-                    reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
-                )
+        not at their timeout nor at the next poll (``Replies.answer_stopped``)."""
+        if self.replies.waits_on(actor_id):
+            self.start_soon(self.replies.answer_stopped, actor_id, reason)
 
     def _store_changed(self) -> None:
         """Another process wrote to the store (``Store.changes``): look now."""
-        self._scheduler_wake.set()
+        self.scheduler.wake()
         self._replies_wake.set()
-
-    async def _reply_poller(self) -> None:
-        while True:
-            self._replies_wake.clear()
-            await self._poll_replies()
-            with anyio.move_on_after(self.poll_interval):
-                await self._replies_wake.wait()
-
-    def _reply_decoder(self, spec: ActorSpec) -> msgspec.msgpack.Decoder[Any]:
-        dec = self._reply_decoders.get(spec.reply_type)
-        if dec is None:
-            dec = self._reply_decoders[spec.reply_type] = msgspec.msgpack.Decoder(spec.reply_type)
-        return dec
 
     # -- what cells report --------------------------------------------------------------------
 
@@ -795,11 +626,11 @@ class Runtime:
         step: Step,
     ) -> None:
         self._failures.pop(cell.actor_id, None)
-        if msg.wants_reply and msg.msg_id in self._asks and not step.reply_deferred:
-            self._resolve(msg.msg_id, reply)
+        if msg.wants_reply and msg.msg_id in self.replies and not step.reply_deferred:
+            self.replies.resolve(msg.msg_id, reply)
         for msg_id, value in step.late_replies:
-            if msg_id in self._asks:
-                self._resolve(msg_id, value)
+            if msg_id in self.replies:
+                self.replies.resolve(msg_id, value)
         for new in commit.outbox:
             if new.msg_id not in result.duplicates:
                 self.route(new)
@@ -838,8 +669,7 @@ class Runtime:
 
     def wake_at(self, when: float) -> None:
         """Make the scheduler look at the mailboxes again at ``when`` (a parked step's deadline)."""
-        heapq.heappush(self._timers, when)
-        self._scheduler_wake.set()
+        self.scheduler.wake_at(when)
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the runtime's task group (it ends with the runtime), whether
@@ -883,7 +713,7 @@ class Runtime:
     async def _activate_later(self, actor_id: str, delay: float) -> None:
         await self.time.sleep(delay)
         if actor_id not in self.cells:
-            self._activate_soon(actor_id)
+            self.activate_soon(actor_id)
 
     def cell_exited(self, cell: Cell) -> None:
         if self.cells.get(cell.actor_id) is cell:
@@ -895,8 +725,14 @@ class Runtime:
         if children is not None and self.supervision.failures:
             self.supervision.supervisor_left(cell.actor_id, {e.child_id for e in children()})
         for msg_id in cell.known:  # asks still waiting on a cell that left: poll the store
-            if msg_id in self._asks:
-                self._scheduler_wake.set()
+            if msg_id in self.replies:
+                self.scheduler.wake()
+
+    def abandon_cell(self, cell: ActiveCell) -> None:
+        """Forget ``cell``, which ignores its cancellation: the next activation takes a new
+        fencing token, so whatever it still tries to commit is rejected (I8)."""
+        if self.cells.get(cell.actor_id) is cell:
+            del self.cells[cell.actor_id]
 
     def detach_if_idle(self, cell: Cell) -> bool:
         """Remove an idle cell from the registry (passivation); False if work arrived."""
@@ -919,9 +755,9 @@ class Runtime:
             cell.wake.set()
         else:
             self._not_before.pop(actor_id, None)
-            self._activate_soon(actor_id)
+            self.activate_soon(actor_id)
 
-    def _activate_soon(self, actor_id: str) -> None:
+    def activate_soon(self, actor_id: str) -> None:
         if (
             self.serving
             and self._tg is not None
@@ -1025,7 +861,7 @@ class Runtime:
                 await self.committer.submit(LeaseRelease(actor_id, fence))
                 return None
             self._known.setdefault(actor_id, (spec, "active"))
-            cell = Cell(self, spec, actor_id, _decode_init(spec, rec.init), fence, rec.parent_id)
+            cell = Cell(self, spec, actor_id, decode_init(spec, rec.init), fence, rec.parent_id)
             self.cells[actor_id] = cell
             self.start_soon(cell.run)
             telemetry.activations.add(1)
@@ -1048,108 +884,12 @@ class Runtime:
                 telemetry.log.error("background_task_failed", task=name, error=repr(exc))
                 await anyio.sleep(min(5.0, self.poll_interval * 10))
 
-    async def _scheduler(self) -> None:
-        """Find work this process must do: messages from other processes, delayed messages
-        that came due, actors whose owner died, and replies to asks answered elsewhere."""
-        # Kept across a restart of this loop after a store error, so that a delayed message
-        # that came due while it was down is still found.
-        if self._last_due is None:
-            self._last_due = self.clock()
-        last_due = self._last_due
-        next_orphan_scan = 0.0
-        await self._resume_resident_trees()
+    async def _reply_poller(self) -> None:
         while True:
-            now = self.clock()
-            touched: dict[str, None] = {}
-            # Our own sends are left out: each one was routed (to its cell, or to activation)
-            # right after its commit, by _message_stored or step_committed. A message that came
-            # back through the store (unparked, or a dead letter retried, from any process)
-            # was not, even if we sent it first: the store returns those. The cursor is the
-            # store's (Store.scan_messages): handed back as it came, never looked into.
-            page = await self.store.scan_messages(
-                self._scan_cursor, now, 5000, skip_prefix=f"{self._id_prefix}-"
-            )
-            for found in page.messages:
-                cell = self.cells.get(found.actor_id)
-                if cell is None:
-                    touched[found.actor_id] = None
-                elif found.msg_id not in cell.known:
-                    cell.rescan_requested = True
-                    cell.wake.set()
-                    if cell.interrupting and cell.current is not None:  # a CancelTask?
-                        self.start_soon(cell.look_for_interrupts)
-            for actor_id in await self.store.due_between(last_due, now):
-                cell = self.cells.get(actor_id)
-                if cell is None:
-                    touched[actor_id] = None
-                else:
-                    cell.rescan_requested = True
-                    cell.wake.set()
-            while self._timers and self._timers[0] <= now:
-                heapq.heappop(self._timers)
-            if now >= next_orphan_scan:
-                await self.approvals.offer_pending()
-                await self._reap_dead_runtimes()
-                for actor_id in await self.store.orphaned(now, 1000):
-                    touched[actor_id] = None
-                next_orphan_scan = now + min(self.lease_ttl / 2, 5.0)
-            for actor_id in touched:
-                self._activate_soon(actor_id)
-            # Moved on only now that every actor the scans found is on its way: after a store
-            # error above, this loop starts again from the same place and loses nothing.
-            self._scan_cursor = page.cursor
-            last_due = self._last_due = now
-            await self._poll_replies()
-            if page.more:
-                continue
-            wait = self.poll_interval
-            if self._timers:
-                wait = max(0.0, min(wait, self._timers[0] - self.clock()))
-            self._scheduler_wake.clear()
-            with anyio.move_on_after(wait):
-                await self._scheduler_wake.wait()
-
-    async def _resume_resident_trees(self) -> None:
-        """Bring back every top-level actor that never passivates (supervisors): the trees
-        come back by themselves when a runtime opens on an existing store."""
-        for rec in await self.store.list_actors(on_corrupt=self.report_corrupt_actor):
-            if rec.parent_id is not None or rec.status != "active":
-                continue
-            try:
-                cls = import_class(rec.class_path)
-            except ConfigError as exc:
-                telemetry.log.error("cannot_resume_actor", actor_id=rec.actor_id, error=str(exc))
-                continue
-            if not getattr(cls, "passivates", True):
-                self._activate_soon(rec.actor_id)
-
-    async def _renew_leases(self) -> None:
-        while True:
-            await anyio.sleep(self.lease_ttl / 3)
-            await self.store.renew_leases(self.runtime_id, self.lease_ttl)
-
-    async def _purge(self) -> None:
-        while True:
-            now = self.clock()
-            removed = await self.store.purge(now - self.retention)
-            removed += await self.store.purge_receipts(now - self.receipt_retention)
-            if removed:
-                telemetry.log.info("retention_purge", rows=removed)
-            await anyio.sleep(min(3600.0, self.retention / 4, self.receipt_retention / 4))
-
-    async def _reap_dead_runtimes(self) -> None:
-        """Runtimes of this very host (pid namespace, boot: ``tether.store.hosts``) whose
-        process is gone give up their leases at once. A runtime of any other host is never
-        judged here: its leases expire on the store's clock."""
-        runtimes = await self.store.list_runtimes(
-            on_corrupt=lambda key, exc: telemetry.report_corrupt(
-                "runtime_record_corrupt", key, exc, runtime_id=key
-            )
-        )
-        for r in runtimes:
-            if r.runtime_id != self.runtime_id and runtime_gone(r.host, r.pid, r.started_at):
-                telemetry.log.info("dead_runtime_reaped", runtime_id=r.runtime_id, pid=r.pid)
-                await self.store.remove_runtime(r.runtime_id)
+            self._replies_wake.clear()
+            await self.replies.poll()
+            with anyio.move_on_after(self.poll_interval):
+                await self._replies_wake.wait()
 
     # -- supervision and death watch ----------------------------------------------------------
 
@@ -1230,61 +970,7 @@ class Runtime:
 
         An actor whose row is damaged is left out (its children become roots) and reported as
         ``on_corrupt(actor_id, error)``; without ``on_corrupt``, logged once."""
-        records = await self.store.list_actors(on_corrupt=on_corrupt or self.report_corrupt_actor)
-        children: dict[str | None, list[ActorRecord]] = {}
-        for rec in records:
-            children.setdefault(rec.parent_id, []).append(rec)
-        ids = {r.actor_id for r in records}
-        offline = {
-            rec.actor_id: text
-            for rec in records
-            if rec.actor_id not in self.cells and rec.status == "active"
-            if (text := await self._offline_summary(rec)) is not None
-        }
-
-        def node(rec: ActorRecord) -> TreeNode:
-            status = actor_status(rec.status, self.supervision.held.get(rec.actor_id))
-            count, last = self.supervision.counts(rec.actor_id, rec.parent_id)
-            cell = self.cells.get(rec.actor_id)
-            summary = getattr(cell.instance, "summary", None) if cell is not None else None
-            return TreeNode(
-                id=rec.actor_id,
-                actor_class=rec.class_path,
-                status=status,
-                active=cell is not None,
-                restart_count=count,
-                last_failure=last,
-                children=[node(c) for c in children.get(rec.actor_id, [])],
-                detail=summary() if callable(summary) else offline.get(rec.actor_id),
-            )
-
-        return [node(r) for r in records if r.parent_id is None or r.parent_id not in ids]
-
-    async def _offline_summary(self, rec: ActorRecord) -> str | None:
-        """What an actor that is not active here says of its state (a guard: a breaker open
-        until when, and why), from its committed journal: ``rt.tree()`` in an administration
-        process shows it too. None for a class without ``summary()``, not importable here, or
-        whose ``on_start`` builds state the journal does not hold (a loop guard rebuilds its
-        recent calls from the ledger): its summary would describe a state it never has."""
-        try:
-            cls = import_class(rec.class_path)
-        except ConfigError:
-            return None
-        if not callable(getattr(cls, "summary", None)) or cls.on_start is not Actor.on_start:
-            return None
-        try:
-            return str((await self._folded(rec, cls)).summary())
-        except Exception as exc:  # noqa: BLE001 - a view of one actor; the tree goes on
-            return f"state unreadable: {exc}"
-
-    async def _folded(self, rec: ActorRecord, cls: type[Any]) -> Any:
-        """An instance of ``rec``'s actor that reads the state its committed journal folds
-        to, to describe itself (it never handles a message)."""
-        spec = actor_spec(cls)
-        instance = cls(**_decode_init(spec, rec.init))
-        state, _ = await fold(self, spec, rec.actor_id, instance)
-        instance._tether_cell = _Folded(rec.actor_id, state, self)
-        return instance
+        return await supervision_tree(self, on_corrupt or self.report_corrupt_actor)
 
     async def session_info(self, session_id: str) -> SessionInfo:
         """The status, task, belief and frontier of the agent session ``session_id``, from its
@@ -1299,7 +985,7 @@ class Runtime:
         cls = import_class(rec.class_path)
         if not getattr(cls, "is_session", False):
             raise ConfigError(f"{session_id!r} is a {rec.class_path}, not an agent session")
-        info: SessionInfo = (await self._folded(rec, cls)).info()
+        info: SessionInfo = (await folded(self, rec, cls)).info()
         return info
 
     def stats(self) -> dict[str, int]:
@@ -1309,91 +995,6 @@ class Runtime:
             "commits": self.committer.commits,
             "writes": self.committer.writes,
         }
-
-
-def _check_type(actor_id: str, spec: ActorSpec, msg: Message) -> None:
-    if type(msg) not in spec.message_types:
-        raise MessageRejected(actor_id, type(msg).__name__, spec.accepted_names)
-
-
-def _check_delay(delay: object) -> None:
-    """Raise ``ConfigError`` unless ``delay`` is a finite number of seconds >= 0 (infinity
-    would store a message that is never delivered)."""
-    if isinstance(delay, bool) or not isinstance(delay, int | float) or not (0 <= delay < math.inf):
-        raise ConfigError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
-
-
-def _due_now(new: NewMessage, clock: Callable[[], float]) -> bool:
-    """Whether ``new`` may be delivered now. One sent without a delay is due at once whatever
-    the clock says (as every store reads it, see ``Store.pending``): no clock read for it."""
-    return new.deliver_at == new.created_at or new.deliver_at <= clock()
-
-
-class _Deadlines:
-    """Fails futures still waiting at their deadlines (with ``error(*args)``), on one loop timer.
-
-    A ``loop.call_at`` per ask, its cancel and the loop's clean-up of cancelled timers cost
-    more than the rest of an in-memory ask; here an ask costs a push on a heap of tuples.
-    Futures that finished stay in the heap until their deadline passes, or until the heap is
-    compacted (when most of it has finished), so it never holds many more entries than there
-    are waiting futures. The timer fires at the earliest deadline in the heap, as a timer per
-    future would.
-    """
-
-    def __init__(self, error: type[BaseException]) -> None:
-        self._error = error
-        self._heap: list[tuple[float, int, asyncio.Future[Any], tuple[Any, ...]]] = []
-        self._order = itertools.count()  # ties on the deadline never compare futures
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # where the futures and timer are
-        self._armed_for = float("inf")
-        self._compact_at = 64
-
-    def add(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        deadline: float,
-        fut: asyncio.Future[Any],
-        args: tuple[Any, ...],
-    ) -> None:
-        if loop is not self._loop:  # the first ask, or a runtime opened again on a new loop
-            self.clear()
-            self._loop = loop
-        heap = self._heap
-        heapq.heappush(heap, (deadline, next(self._order), fut, args))
-        if len(heap) >= self._compact_at:
-            self._compact()
-        if deadline < self._armed_for:
-            self._arm(loop, deadline)
-
-    def clear(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer, self._armed_for = None, float("inf")
-        self._heap.clear()
-
-    def _compact(self) -> None:
-        """Drop the entries of finished futures; O(n) once per n/2 pushes or more."""
-        live = [e for e in self._heap if not e[2].done()]
-        heapq.heapify(live)
-        self._heap = live
-        self._compact_at = max(64, 2 * len(live))
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(deadline, self._fire, loop)
-        self._armed_for = deadline
-
-    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer, self._armed_for = None, float("inf")
-        heap, now = self._heap, loop.time()
-        while heap and heap[0][0] <= now:
-            _, _, fut, args = heapq.heappop(heap)
-            if not fut.done():
-                fut.set_exception(self._error(*args))
-        if heap:
-            self._arm(loop, heap[0][0])
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
@@ -1409,48 +1010,3 @@ def _check_id(actor_id: Any) -> None:
         raise ConfigError(
             f"actor id must be a non-empty string of at most {_MAX_ID_LEN} characters, not {actor_id!r}"
         )
-
-
-def _decode_init(spec: ActorSpec, init: bytes) -> dict[str, Any]:
-    """Decode stored spawn arguments, converted to the types the constructor annotates."""
-    try:
-        raw = msgspec.msgpack.decode(init)
-    except msgspec.DecodeError as exc:
-        raise ConfigError(
-            f"stored spawn arguments of {spec.class_path} cannot be decoded: {exc}"
-        ) from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"stored spawn arguments of {spec.class_path} are not a mapping")
-    hints = _init_hints(spec.cls)
-    try:
-        return {k: msgspec.convert(v, hints[k]) if k in hints else v for k, v in raw.items()}
-    except msgspec.ValidationError as exc:
-        raise ConfigError(
-            f"spawn arguments of {spec.class_path} do not match its constructor: {exc}"
-        ) from exc
-
-
-def _init_hints(cls: type[Any]) -> dict[str, Any]:
-    import typing
-
-    init = cls.__init__
-    if init is object.__init__:
-        return {}
-    try:
-        hints = typing.get_type_hints(init)
-    except (NameError, TypeError):
-        return {}
-    hints.pop("return", None)
-    return hints
-
-
-class _Folded:
-    """What an actor instance built only to describe itself reads through its cell: its id,
-    its state, and the runtime (for its clock)."""
-
-    __slots__ = ("actor_id", "runtime", "state")
-
-    def __init__(self, actor_id: str, state: Any, runtime: Runtime) -> None:
-        self.actor_id = actor_id
-        self.state = state
-        self.runtime = runtime

@@ -19,21 +19,22 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
+from tether import telemetry
 from tether.actors.actor import import_class
 from tether.errors import ActorIdTaken, ActorStopped, AlreadyStarted
-from tether.runtime import telemetry
+from tether.runtime.step import SupervisorFailed
 from tether.store.records import ActorRecord, Revive
 
 if TYPE_CHECKING:
-    from tether.runtime.cell import Cell
-    from tether.runtime.runtime import Runtime
+    from tether.runtime.guards import Guards
+    from tether.runtime.kernel import ActiveCell, Kernel
     from tether.supervisor.supervisor import ChildEntry
 
 
@@ -64,8 +65,9 @@ class PendingFailure:
 class Supervision:
     """Owned by the Runtime; implements ``tether.supervisor.supervisor.SupervisionContext``."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Kernel, guards: Guards) -> None:
         self.rt = runtime
+        self.guards = guards
         self.held: dict[str, str] = {}  # actor id -> "restarting" | "backing off" | "stopped"
         self.failures: dict[str, PendingFailure] = {}
         self.root_restarts: dict[str, int] = {}
@@ -113,7 +115,9 @@ class Supervision:
 
     # -- reports from failing actors ----------------------------------------------------------
 
-    async def report(self, cell: Cell, exc: BaseException, *, starting: bool = False) -> Decision:
+    async def report(
+        self, cell: ActiveCell, exc: BaseException, *, starting: bool = False
+    ) -> Decision:
         """Tell ``cell``'s supervisor that it failed and wait for the decision."""
         from tether.supervisor.supervisor import ChildFailed
 
@@ -152,10 +156,8 @@ class Supervision:
         return decision
 
     async def _root_decision(
-        self, cell: Cell, exc: BaseException, reason: str, *, starting: bool
+        self, cell: ActiveCell, exc: BaseException, reason: str, *, starting: bool
     ) -> Decision:
-        from tether.runtime.cell import SupervisorFailed
-
         actor_id = cell.actor_id
         self.root_last_failure[actor_id] = reason
         if isinstance(exc, SupervisorFailed):
@@ -207,7 +209,7 @@ class Supervision:
 
     async def _start(
         self, parent_id: str, entry: ChildEntry, *, revive: bool, initial: bool
-    ) -> Cell | None:
+    ) -> ActiveCell | None:
         cls = import_class(entry.class_path)
         init = msgspec.msgpack.decode(entry.init)
         child_id = entry.child_id
@@ -269,7 +271,7 @@ class Supervision:
                 f"it was a child of {rec.parent_id!r}, and ids are unique in a store: add it "
                 f"there again, or choose another id",
             )
-        guards = self.rt.guards.of_session(child_id)
+        guards = self.guards.of_session(child_id)
         for guard_id in guards:  # their live instances hold the predecessor's state in memory
             await self.shutdown_actor(guard_id, 5.0, "restarting")
             self.held.pop(guard_id, None)
@@ -303,7 +305,7 @@ class Supervision:
         before it exits, and one killed for its budget takes them down with it)."""
         await self._shutdown(actor_id, shutdown, status, _by_parent(self.rt.cells))
 
-    async def shutdown_children(self, actor_id: str, cell: Cell | None, status: str) -> None:
+    async def shutdown_children(self, actor_id: str, cell: ActiveCell | None, status: str) -> None:
         """Take down the children of the supervisor whose instance ``cell`` was (or is): in
         reverse start order, each within its own budget (``Runtime.stop``, a restart in
         place)."""
@@ -311,7 +313,7 @@ class Supervision:
         await self._take_down(self._children(actor_id, cell, live), math.inf, status, live)
 
     async def _shutdown(
-        self, actor_id: str, shutdown: float | str, status: str, live: dict[str, list[Cell]]
+        self, actor_id: str, shutdown: float | str, status: str, live: dict[str, list[ActiveCell]]
     ) -> None:
         self.hold(actor_id, status)
         for pending in list(self.failures.values()):
@@ -330,7 +332,7 @@ class Supervision:
         children: list[tuple[str, float | str]],
         deadline: float,
         status: str,
-        live: dict[str, list[Cell]],
+        live: dict[str, list[ActiveCell]],
     ) -> None:
         for child_id, shutdown in reversed(children):
             left = deadline - anyio.current_time()
@@ -342,7 +344,7 @@ class Supervision:
                 del self.held[child_id]
 
     @asynccontextmanager
-    async def fresh_start(self, cell: Cell) -> AsyncIterator[None]:
+    async def fresh_start(self, cell: ActiveCell) -> AsyncIterator[None]:
         """Around a restart in place of ``cell``'s instance: a supervisor takes its children
         down first and then starts them afresh, as a restarted OTP supervisor does."""
         if not callable(getattr(cell.instance, "child_entries", None)):
@@ -356,7 +358,7 @@ class Supervision:
             self._fresh.discard(cell.actor_id)
 
     def _children(
-        self, actor_id: str, cell: Cell | None, live: dict[str, list[Cell]]
+        self, actor_id: str, cell: ActiveCell | None, live: dict[str, list[ActiveCell]]
     ) -> list[tuple[str, float | str]]:
         """The children of a supervisor, in start order, with their shutdown budgets: its child
         entries, then the children by record alone active here (a session's guards), from
@@ -372,7 +374,7 @@ class Supervision:
         return ordered
 
     async def _stop_instance(
-        self, cell: Cell, shutdown: float | str, budget: float, status: str
+        self, cell: ActiveCell, shutdown: float | str, budget: float, status: str
     ) -> None:
         actor_id = cell.actor_id
         if shutdown == "brutal":
@@ -390,8 +392,7 @@ class Supervision:
         if not cell.exited.is_set():
             # It ignores cancellation. Abandon it: the next activation takes a new fencing
             # token, so whatever it still tries to commit is rejected (I8).
-            if self.rt.cells.get(actor_id) is cell:
-                del self.rt.cells[actor_id]
+            self.rt.abandon_cell(cell)
             _event("child_abandoned", actor_id, shutdown=str(shutdown))
         _event("child_shut_down", actor_id, status=status)
 
@@ -465,9 +466,9 @@ class Supervision:
         return state.counts.get(actor_id, 0), state.last_failure.get(actor_id)
 
 
-def _by_parent(cells: dict[str, Cell]) -> dict[str, list[Cell]]:
+def _by_parent(cells: Mapping[str, ActiveCell]) -> dict[str, list[ActiveCell]]:
     """The active cells by their supervisor: one pass, however many shutdowns then look."""
-    live: dict[str, list[Cell]] = {}
+    live: dict[str, list[ActiveCell]] = {}
     for cell in cells.values():
         if cell.parent_id is not None:
             live.setdefault(cell.parent_id, []).append(cell)

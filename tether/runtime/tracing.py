@@ -29,7 +29,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from tether.runtime import telemetry
+from tether import telemetry
 
 _HEX = frozenset("0123456789abcdef")
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tether.errors import ConfigError
 from tether.store.protocol import Store
+from tether.store.urls import shown as shown
 
 if TYPE_CHECKING:
     from tether.store.sqlite import Durability
@@ -188,18 +189,6 @@ def _check_options(scheme: str, factory: BackendFactory, options: dict[str, Any]
         if name not in takes:
             offer = f"it takes: {', '.join(takes)}" if takes else "it takes none"
             raise ConfigError(f"the {scheme} store takes no option {name!r} ({offer})")
-
-
-def shown(url: str) -> str:
-    """``url`` with any password in it replaced, for error messages."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 # -- the built-in backends ---------------------------------------------------------------------

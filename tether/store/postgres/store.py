@@ -27,7 +27,6 @@ import psycopg
 
 from tether.errors import ConfigError, StoreError
 from tether.store.hosts import hostname_of, runtime_gone
-from tether.store.open import shown
 from tether.store.postgres import cursor as scan
 from tether.store.postgres import rows, schema, writes
 from tether.store.postgres.conn import Conn, Readers, Settings
@@ -50,6 +49,7 @@ from tether.store.records import (
     ScannedMessage,
 )
 from tether.store.reuse import PREDECESSOR_ROWS, UNSETTLED, left_in_mailbox, reuse_blockers
+from tether.store.urls import shown
 
 
 def split_schema(dsn: str, schema: str | None) -> tuple[str, str | None]:

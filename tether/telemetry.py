@@ -13,10 +13,10 @@ from typing import Any
 import structlog
 from opentelemetry import trace
 
+from tether.logs import TetherLogger, iso_time
 from tether.otel import meter as meter
 from tether.otel import tracer as tracer
 from tether.otel import tracing_enabled as tracing_enabled
-from tether.runtime.logs import TetherLogger, iso_time
 
 log: Any = TetherLogger()  # structlog when the app configured it, else `logging` (logs.py)
 
