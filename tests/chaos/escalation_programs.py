@@ -37,7 +37,7 @@ from tether.actors.session import GetSessionInfo
 from tether.store.records import Batch, BatchResult
 
 SESSION = "s1"
-EXPIRY = 2.0  # the deadline of the timeout cases: long enough to see the request pending
+EXPIRY = 4.0  # the deadline of the timeout cases: long enough to see the request pending, loaded
 
 
 class DieWhenSettled(tether.SqliteStore):
