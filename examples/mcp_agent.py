@@ -8,6 +8,7 @@ every call through the effects ledger; the closure waits for a person's approval
 Needs the ``mcp`` extra: ``pip install -e '.[mcp]'``.
 """
 
+import contextlib
 import sqlite3
 import sys
 import warnings
@@ -93,7 +94,7 @@ async def main() -> None:
         print(result.answer)
         refund = next(c for c in result.calls if c.tool == "refund")
         tree = "\n".join(node.render() for node in await rt.tree())
-    with sqlite3.connect("payments.db") as db:
+    with contextlib.closing(sqlite3.connect("payments.db")) as db:
         [(key,)] = db.execute("SELECT key FROM refunds").fetchall()
     # The server saw the ledger's key: a retry after a crash would refund nothing more.
     print(f"the server's refund key is the ledger's: {key == refund.effect_key}")

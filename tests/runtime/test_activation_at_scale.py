@@ -4,6 +4,7 @@ few store calls; every one of them is served."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,7 +117,7 @@ async def test_a_runtime_opening_on_many_actors_with_mail_serves_them_all_readin
         with anyio.fail_after(DEADLINE):
             while _mailbox(db):
                 await anyio.sleep(0.05)
-    with sqlite3.connect(db) as con:
+    with contextlib.closing(sqlite3.connect(db)) as con:
         deposited = con.execute("SELECT COUNT(DISTINCT actor_id) FROM journal").fetchone()[0]
     assert deposited == 200
     # Record, snapshot, journal and mail of 200 activations: 800 reads, in far fewer calls.
@@ -125,5 +126,5 @@ async def test_a_runtime_opening_on_many_actors_with_mail_serves_them_all_readin
 
 
 def _mailbox(db: Path) -> int:
-    with sqlite3.connect(db) as con:
+    with contextlib.closing(sqlite3.connect(db)) as con:
         return int(con.execute("SELECT COUNT(*) FROM mailbox").fetchone()[0])
