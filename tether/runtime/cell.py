@@ -49,6 +49,7 @@ from tether.runtime.guards import Guards
 from tether.runtime.journal import decoders, fold
 from tether.runtime.kernel import Kernel, Staged
 from tether.runtime.reads import Reader
+from tether.runtime.replies import encode_reply
 from tether.runtime.step import Deactivate, Exit, Step, SupervisorFailed, current_step
 from tether.runtime.supervision import Decision, Supervision
 from tether.store.records import (
@@ -127,7 +128,6 @@ class CellHost(Kernel, Protocol):
     @property
     def encode(self) -> Callable[[Any], bytes]: ...
 
-    def encode_reply(self, spec: ActorSpec, value: Any) -> bytes: ...
     def ref(self, actor_id: str) -> ActorRef: ...
     async def watch(self, watcher: str, watched: str) -> None: ...
     def route(self, new: NewMessage) -> None: ...
@@ -759,7 +759,7 @@ class Cell:
         try:
             reply = await self.instance.handle(msg)  # type: ignore[union-attr]
             reply_bytes = (
-                rt.encode_reply(self.spec, reply)
+                encode_reply(rt.encode, self.spec, reply)
                 if m.wants_reply and not step.reply_deferred
                 else None
             )
@@ -870,7 +870,7 @@ class Cell:
         # cells, allocated on every delivery.
         rt = self.runtime
         return [
-            LateReply(msg_id, rt.encode_reply(self.spec, value), rt.clock())
+            LateReply(msg_id, encode_reply(rt.encode, self.spec, value), rt.clock())
             for msg_id, value in step.late_replies
         ]
 

@@ -90,8 +90,9 @@ class GroupCommitter:
         self._store = store
         # Told of every NewMessage's outcome (None: not stored), whether or not its sender
         # still waits: a message that was stored must reach its cell even if the sender was
-        # cancelled or its ask timed out meanwhile.
-        self._on_stored = on_stored
+        # cancelled or its ask timed out meanwhile. Set once, before the first write (the
+        # runtime's mail, which is built with the committer).
+        self.on_stored = on_stored
         self._max_batch = max_batch
         self._queue: list[tuple[Write, asyncio.Future[BatchResult]]] = []
         self._wakeup = asyncio.Event()
@@ -267,17 +268,17 @@ class GroupCommitter:
         self._report([w for w, _ in taken], result if error is None else None)
 
     def _report(self, writes: list[Write], result: BatchResult | None) -> None:
-        if self._on_stored is None:
+        if self.on_stored is None:
             return
         for w in writes:
             if type(w) is NewMessage:
                 self._report_one(w, result)
 
     def _report_one(self, write: Write, result: BatchResult | None) -> None:
-        if self._on_stored is None or type(write) is not NewMessage:
+        if self.on_stored is None or type(write) is not NewMessage:
             return
         try:
-            self._on_stored(write, result)
+            self.on_stored(write, result)
         except Exception as exc:  # noqa: BLE001 - the committer goes on; logged
             telemetry.log.error(
                 "message_not_routed", msg_id=write.msg_id, actor_id=write.actor_id, error=repr(exc)
