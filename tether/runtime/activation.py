@@ -28,6 +28,7 @@ from tether.runtime.collector import governor
 from tether.runtime.committer import GroupCommitter
 from tether.runtime.kernel import Kernel
 from tether.runtime.lifecycle import Lifecycle
+from tether.runtime.live_actor import LiveActor
 from tether.runtime.reads import Reader
 from tether.runtime.registry import Registry, report_corrupt_actor
 from tether.runtime.replies import Replies
@@ -241,7 +242,7 @@ class Activation:
         if actor_id not in self._cells:
             self.activate_soon(actor_id)
 
-    def cell_exited(self, cell: Cell) -> None:
+    def cell_exited(self, cell: LiveActor) -> None:
         """``cell`` left memory, for whatever reason: out of the registry; what waited on it
         is taken up elsewhere."""
         self._registry.remove(cell)

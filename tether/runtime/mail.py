@@ -33,10 +33,10 @@ from tether.actors.messages import UNENCODABLE, Message, nesting_problem
 from tether.errors import AskTimeout, ConfigError, MessageRejected
 from tether.runtime import tracing
 from tether.runtime.activation import Activation
-from tether.runtime.cell import Cell
 from tether.runtime.journal import decoders
 from tether.runtime.kernel import Kernel
 from tether.runtime.lifecycle import Lifecycle
+from tether.runtime.live_actor import LiveActor
 from tether.runtime.registry import Registry, check_type
 from tether.runtime.replies import Replies
 from tether.runtime.scheduler import Scheduler
@@ -291,7 +291,7 @@ class Mail:
 
     def step_committed(
         self,
-        cell: Cell,
+        cell: LiveActor,
         msg: StoredMessage,
         reply: Any,
         commit: StepCommit,

@@ -24,6 +24,7 @@ from tether.errors import (
 )
 from tether.runtime.cell import Cell
 from tether.runtime.kernel import ActiveCell
+from tether.runtime.live_actor import LiveActor
 from tether.store.protocol import Store
 
 MAX_ID_LEN = 256
@@ -82,7 +83,7 @@ class Registry:
         if self.cells.get(cell.actor_id) is cell:
             del self.cells[cell.actor_id]
 
-    def detach_if_idle(self, cell: Cell) -> bool:
+    def detach_if_idle(self, cell: LiveActor) -> bool:
         """Remove an idle cell from the registry (passivation); False if work arrived."""
         if cell.buffer or cell.rescan_requested or not cell.spec.cls.passivates:
             return False

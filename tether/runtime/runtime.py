@@ -42,12 +42,13 @@ from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
 from tether.runtime.journal import session_info
 from tether.runtime.lifecycle import Lifecycle
+from tether.runtime.live_actor import CellHost
 from tether.runtime.mail import Mail, new_prefix
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.reads import Reader
 from tether.runtime.registry import Registry, check_id, report_corrupt_actor
 from tether.runtime.replies import Replies
-from tether.runtime.scheduler import Scheduler
+from tether.runtime.scheduler import Scheduler, SchedulerHost
 from tether.runtime.settings import positive
 from tether.runtime.spawning import Spawning
 from tether.runtime.stopping import Stopping
@@ -167,7 +168,7 @@ class Runtime:
 
     def _wire(self) -> None:
         """Build the services, each given what it may touch (``kernel.py``)."""
-        store = self.store
+        store, host = self.store, _cells_host(self)  # the runtime as its services see it
         self.life = Lifecycle(restart_pause=min(5.0, self.poll_interval * 10))
         self.committer = GroupCommitter(store)
         self.reads = Reader(store)  # activation reads, gathered (tether.runtime.reads)
@@ -176,23 +177,23 @@ class Runtime:
         self.claimed: set[str] = set()  # msg ids whose next delivery attempt is counted already
         # msg id -> attempt -> why it did not finish (its commit failed), for its error history
         self.unfinished: dict[str, dict[int, str]] = {}
-        self.dead_letters = DeadLetters(self)
-        self.quarantine = Quarantine(self)
-        self.approvals = Approvals(self)
-        self.guards = Guards(self)
-        self.supervision = Supervision(self, self.guards)
+        self.dead_letters = DeadLetters(host)
+        self.quarantine = Quarantine(host)
+        self.approvals = Approvals(host)
+        self.guards = Guards(host)
+        self.supervision = Supervision(host, self.guards)
         self.replies = Replies(store, self.registry.spec_only)
         own_prefix = new_prefix()  # of the ids of the messages sent here
-        self.scheduler = Scheduler(self, own_prefix=own_prefix)
+        self.scheduler = Scheduler(_scheduler_host(self), own_prefix=own_prefix)
         life, registry, replies, claimed = self.life, self.registry, self.replies, self.claimed
         self.activation = Activation(
-            self,
+            host,
             registry,
             self.reads,
             self.supervision,
             replies,
             self.scheduler,
-            functools.partial(Cell, self),
+            functools.partial(Cell, host),
             life=life,
             claimed=claimed,
             runtime_id=self.runtime_id,
@@ -200,7 +201,7 @@ class Runtime:
             serving=self.serving,
         )
         self.mail = Mail(
-            self,
+            host,
             registry,
             replies,
             self.activation,
@@ -211,9 +212,9 @@ class Runtime:
             claimed=claimed,
         )
         self.stopping = Stopping(
-            self, registry, self.supervision, replies, self.mail, life=life, encode=self.encode
+            host, registry, self.supervision, replies, self.mail, life=life, encode=self.encode
         )
-        self.spawning = Spawning(self, registry, self.activation, self.mail, life=life)
+        self.spawning = Spawning(host, registry, self.activation, self.mail, life=life)
         self.committer.on_stored = self.mail.message_stored
         # What the services (Kernel) and the cells (CellHost) call of the runtime, bound once
         # to the service that does it: no hop through the facade on a message's trip.
@@ -403,7 +404,7 @@ class Runtime:
 
         An actor whose row is damaged is left out (its children become roots) and reported as
         ``on_corrupt(actor_id, error)``; without ``on_corrupt``, logged once."""
-        return await supervision_tree(self, on_corrupt or report_corrupt_actor)
+        return await supervision_tree(_cells_host(self), on_corrupt or report_corrupt_actor)
 
     async def session_info(self, session_id: str) -> SessionInfo:
         """The status, task, belief and frontier of the agent session ``session_id``, from its
@@ -433,3 +434,15 @@ def _log_damage(store: Store) -> None:
             problems=list(store.damage_at_open),
             advice="run `tether check` on the store, and restore it from a backup",
         )
+
+
+def _cells_host(runtime: Runtime) -> CellHost:
+    """``runtime`` as its cells and services see it (``CellHost``, which extends ``Kernel``):
+    it meets the protocol by its shape, checked here, out of the class, where mypy knows the
+    type of every member bound in ``_wire``."""
+    return runtime
+
+
+def _scheduler_host(runtime: Runtime) -> SchedulerHost:
+    """``runtime`` as its scheduler sees it (checked as ``_cells_host``)."""
+    return runtime

@@ -19,9 +19,9 @@ from typing import Any
 from tether import telemetry
 from tether.actors.messages import Terminated
 from tether.errors import ActorNotFound, ConfigError
-from tether.runtime.cell import Cell
 from tether.runtime.kernel import Kernel
 from tether.runtime.lifecycle import Lifecycle
+from tether.runtime.live_actor import LiveActor
 from tether.runtime.mail import Mail
 from tether.runtime.registry import Registry, check_id, report_corrupt_actor
 from tether.runtime.replies import Replies
@@ -98,7 +98,7 @@ class Stopping:
         if self._replies.waits_on(actor_id):
             self._life.start_soon(self._replies.answer_stopped, actor_id, reason)
 
-    def actor_stopped_itself(self, cell: Cell, reason: str) -> None:
+    def actor_stopped_itself(self, cell: LiveActor, reason: str) -> None:
         """``cell``'s actor stopped itself, in the step that just committed: its supervisor
         is told (``ChildExited``)."""
         from tether.supervisor.supervisor import ChildExited
