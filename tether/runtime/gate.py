@@ -8,8 +8,7 @@ agent hears why), or approved, when exactly the approved call runs (``Modify``: 
 as modified). The gate's decisions are journaled in the session's ``Gate`` actor, with the
 session's next commit.
 
-``EffectHost`` and ``EffectCell`` are what the effect path may touch of the runtime and of the
-calling actor's cell; ``GatedCall`` is what the gate reads and sets of the call it judges.
+``GatedCall`` is what the gate reads and sets of the call it judges.
 """
 
 from __future__ import annotations
@@ -22,28 +21,10 @@ from tether.actors.guards.actors import ApprovalRequested, ApprovalSettled
 from tether.actors.tool import Tool
 from tether.errors import ApprovalRejected, DeterminismViolation, StepSuspended
 from tether.runtime import approvals, notices, tracing
-from tether.runtime.approval_desk import Approvals
-from tether.runtime.guards import Guards
-from tether.runtime.kernel import ActiveCell, Kernel, Staged
+from tether.runtime.effect_host import EffectCell
+from tether.runtime.kernel import Staged
 from tether.runtime.step import Step
 from tether.store.records import ApprovalRecord, NewMessage, StoredMessage
-
-
-class EffectHost(Kernel, Protocol):
-    """What the effect path touches of the runtime: the kernel, and the two services a call
-    passes through (its guards, and the approvals desk of a held call)."""
-
-    @property
-    def approvals(self) -> Approvals: ...
-    @property
-    def guards(self) -> Guards: ...
-
-
-class EffectCell(ActiveCell, Protocol):
-    """The cell of the actor making a call, seen from its effect path."""
-
-    @property
-    def runtime(self) -> EffectHost: ...
 
 
 class GatedCall(Protocol):

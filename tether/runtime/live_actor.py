@@ -137,7 +137,7 @@ class LiveActor:
         self.claimed = runtime.claimed
         self.rescan_requested = True
         self.wake = Wake()
-        # receipts that ride with the next commit of this actor (see effects._receipt)
+        # receipts that ride with the next commit of this actor (see effects._Effect.receipt)
         self.deferred: list[EffectWrite | Staged] = []
         self.unsubmitted = 0  # staged guard appends not yet submitted (see stage_events)
         self.loop_watch: Any = None  # this actor's loop guard, once found (tether.runtime.guards)
