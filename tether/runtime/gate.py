@@ -13,7 +13,7 @@ session's next commit.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import msgspec
 
@@ -64,41 +64,7 @@ async def judge(call: GatedCall, record: ApprovalRecord | None) -> None:
         reason = _escalation(call)
         if reason is None:
             return
-        instance = cell.instance
-        context = instance.approval_context(tool.name, dict(call.kwargs)) if instance else {}
-        policy = getattr(instance, "approval_policy", None) or rt.approval_policy
-        record = approvals.new_request(
-            actor_id=cell.actor_id,
-            msg_id=call.m.msg_id,
-            idx=call.idx,
-            tool=tool,
-            args_blob=call.args_blob,
-            input_hash=call.input_hash,
-            reason=reason,
-            context=context,
-            policy=policy,
-            now=now,
-            traceparent=tracing.current() or call.m.traceparent,
-        )
-        stored = await _notices(call, record)
-        await _gate_event(
-            call,
-            ApprovalRequested(
-                request_id=rid,
-                tool=tool.name,
-                reason=reason,
-                fingerprint=record.fingerprint,
-                deadline=record.deadline,
-                at=now,
-            ),
-        )
-        call.step.suspend(
-            f"call {tool.name} waits for approval {rid}: {reason}",
-            until=record.deadline,
-            approval=record,
-            notices=stored,
-        )
-        raise StepSuspended(call.step.suspended or reason)
+        await _hold(call, rid, reason, now)
     if record.fingerprint != approvals.fingerprint(tool.name, call.input_hash):
         raise DeterminismViolation(
             tool.name,
@@ -131,6 +97,48 @@ async def judge(call: GatedCall, record: ApprovalRecord | None) -> None:
         approved = tool.prepare(msgspec.msgpack.decode(record.approved_args, type=dict))
         call.kwargs, call.args_blob = approved.kwargs, approved.args_blob
     call.log.info("approval_applied", request_id=rid, modified=record.approved_args != record.args)
+
+
+async def _hold(call: GatedCall, rid: str, reason: str, now: float) -> NoReturn:
+    """Hold the call for a person: a new request (``rid``) for its place, stored with the park
+    of its step, with its notices; the gate journals that it held it."""
+    cell, tool = call.cell, call.tool
+    rt = cell.runtime
+    instance = cell.instance
+    context = instance.approval_context(tool.name, dict(call.kwargs)) if instance else {}
+    policy = getattr(instance, "approval_policy", None) or rt.approval_policy
+    record = approvals.new_request(
+        actor_id=cell.actor_id,
+        msg_id=call.m.msg_id,
+        idx=call.idx,
+        tool=tool,
+        args_blob=call.args_blob,
+        input_hash=call.input_hash,
+        reason=reason,
+        context=context,
+        policy=policy,
+        now=now,
+        traceparent=tracing.current() or call.m.traceparent,
+    )
+    stored = await _notices(call, record)
+    await _gate_event(
+        call,
+        ApprovalRequested(
+            request_id=rid,
+            tool=tool.name,
+            reason=reason,
+            fingerprint=record.fingerprint,
+            deadline=record.deadline,
+            at=now,
+        ),
+    )
+    call.step.suspend(
+        f"call {tool.name} waits for approval {rid}: {reason}",
+        until=record.deadline,
+        approval=record,
+        notices=stored,
+    )
+    raise StepSuspended(call.step.suspended or reason)
 
 
 async def _notices(call: GatedCall, record: ApprovalRecord) -> list[NewMessage]:
