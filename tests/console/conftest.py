@@ -18,6 +18,7 @@ from tether.console import ConsoleConfig, create_app
 from tether.console.tokens import TokenFile
 
 BASE = "http://console.test"
+LOOPBACK = "http://127.0.0.1:8470"  # a console without authentication answers loopback names only
 
 
 @dataclass
@@ -97,7 +98,9 @@ def console(store: Store, tokens: Tokens) -> Iterator[Client]:
     test client; closed after the test."""
     started: list[TestClient] = []
 
-    def make(client: tuple[str, int] = ("127.0.0.1", 50000), **config: Any) -> TestClient:
+    def make(
+        client: tuple[str, int] = ("127.0.0.1", 50000), base_url: str = BASE, **config: Any
+    ) -> TestClient:
         settings: dict[str, Any] = {
             "db": str(store.db),
             "auth": "token",
@@ -105,7 +108,7 @@ def console(store: Store, tokens: Tokens) -> Iterator[Client]:
         }
         settings.update(config)
         app = create_app(ConsoleConfig(**settings))
-        test_client = TestClient(app, base_url=BASE, client=client, follow_redirects=False)
+        test_client = TestClient(app, base_url=base_url, client=client, follow_redirects=False)
         test_client.__enter__()
         started.append(test_client)
         return test_client

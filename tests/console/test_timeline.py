@@ -10,6 +10,7 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from tests.console.conftest import LOOPBACK
 from tether.console import ConsoleConfig, create_app, timeline
 from tether.store.records import ApprovalDecision, ApprovalRecord, DeadLetter, EffectRecord
 
@@ -119,7 +120,7 @@ def test_the_tree_shows_an_open_breaker_with_its_time_left(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stdout + done.stderr
     app = create_app(ConsoleConfig(db=str(db), auth="none"))
-    with TestClient(app, client=("127.0.0.1", 5000)) as c:
+    with TestClient(app, base_url=LOOPBACK, client=("127.0.0.1", 5000)) as c:
         tree = c.get("/tree").text
         assert "breaker:check_fraud_score" in tree
         assert "breaker open" in tree
