@@ -41,10 +41,15 @@ def hold(db: Path | str, orders: dict[str, type[Any]]) -> Store:
             for order, cls in orders.items():
                 ref = await rt.spawn(cls, f"refund-{order}", goal=GOAL)
                 await ref.tell(tether.UserMessage(f"please refund order {order}"))
+            sessions = [f"refund-{order}" for order in orders]
+            held: dict[str, str] = {}
             with anyio.fail_after(20):
-                while len(pending := await rt.approvals.pending()) < len(orders):
+                while len(held) < len(sessions):
+                    for session in sessions:
+                        for request in await rt.store.find_approvals(actor_id=session):
+                            held[session] = request.request_id
                     await anyio.sleep(0.02)
-            return {p.session_id: p.request_id for p in pending}
+            return held
 
     return Store(db, anyio.run(run, backend="asyncio"))
 
