@@ -18,6 +18,7 @@ from tether.testing.payments import (
     refund_count,
     refunds,
 )
+from tether.testing.payments import service as payments_service
 
 
 @pytest.fixture
@@ -184,7 +185,7 @@ def test_clear_error_when_the_port_line_never_comes(
         code = "import sys, time; print('booting', file=sys.stderr, flush=True); time.sleep(30)"
         return [sys.executable, "-c", code]
 
-    monkeypatch.setattr(payments, "_serve_argv", silent)
+    monkeypatch.setattr(payments_service, "_serve_argv", silent)
     with pytest.raises(RuntimeError, match=r"(?s)did not print its listening line.*booting"):
         PaymentsService.start(tmp_path / "payments.db", startup_timeout=0.5)
 
