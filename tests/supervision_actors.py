@@ -292,6 +292,26 @@ class StartFailsSup(tether.Supervisor):
     children = [ChildSpec(Worker, "s1"), ChildSpec(StartFails, "s2"), ChildSpec(Worker, "s3")]
 
 
+class Limited(Worker):
+    """A Worker whose constructor refuses a limit below 1, as an agent session refuses an
+    empty goal: the runtime refuses it when it is spawned, before anything is stored."""
+
+    def __init__(self, limit: int = 1) -> None:
+        if limit < 1:
+            raise tether.ConfigError(f"limit must be at least 1, not {limit}")
+        self.limit = limit
+
+
+class RefusedArgumentsSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, "s1"), ChildSpec(Limited, "s2", limit=0), ChildSpec(Worker, "s3")]
+
+
+class ReservedIdSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, "s1"), ChildSpec(Worker, "s2/gate"), ChildSpec(Worker, "s3")]
+
+
 class BuggyDecider:
     """A decider with a bug: it raises on a ValueCrash, failing its supervisor's handler."""
 
