@@ -17,6 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 import tether
+from tether.actors.messages import TOO_DEEP
 from tether.console import actions, csrf, views
 from tether.console.actions import Refusal
 from tether.console.auth import Principal, Session
@@ -237,6 +238,8 @@ def _json(text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise Refusal(422, "invalid_json", f"the arguments are not valid JSON: {exc}") from exc
+    except RecursionError:  # deeper than json's parser goes, so far beyond what tether stores
+        raise Refusal(422, "invalid_json", f"the arguments cannot be stored: {TOO_DEEP}") from None
 
 
 async def _check(request: Request) -> Response:
