@@ -95,6 +95,20 @@ class Worker(tether.Actor[int]):
         return None
 
 
+class ExitsWith(Worker):
+    """A Worker whose stop ends with ``reason`` (OTP's ``supervisor_4`` child, which exits with
+    the reason it was started with when told to shut down): a stop that is not clean (not
+    ``normal``, ``shutdown`` or ``shutdown: ...``) raises from ``on_stop``."""
+
+    def __init__(self, reason: str = "shutdown") -> None:
+        self.reason = reason
+
+    async def on_stop(self) -> None:
+        events.append(("stop", self.id))
+        if self.reason != "normal" and not self.reason.startswith("shutdown"):
+            raise RuntimeError(f"exited: {self.reason}")
+
+
 class BadStart(tether.Actor[int]):
     """Fails in on_start."""
 
