@@ -288,6 +288,24 @@ def test_a_body_that_is_not_json_is_refused(console: Client, store: Store, token
     assert (broken.status_code, broken.json()["error"]) == (422, "invalid_json")
 
 
+def test_a_body_nested_deeper_than_the_decoder_goes_is_refused_by_name(
+    console: Client, store: Store, tokens: Tokens
+) -> None:
+    """It raised a bare RecursionError, answered 500."""
+    rid = store.requests["refund-42"]
+    deep = b"[" * 100_000 + b"]" * 100_000
+    r = console().post(
+        f"/api/approvals/{rid}/modify",
+        headers={**bearer(tokens.alice), "Content-Type": "application/json"},
+        content=b'{"args": ' + deep + b"}",
+    )
+    assert (r.status_code, r.json()["error"]) == (422, "invalid_json"), r.text
+    assert "more than 256 levels deep" in r.json()["detail"]
+    assert (
+        console().get(f"/api/approvals/{rid}", headers=bearer(tokens.alice)).json()["version"] == 0
+    )
+
+
 def test_a_read_only_console_refuses_every_change_and_writes_nothing(
     console: Client, store: Store, tokens: Tokens
 ) -> None:

@@ -212,6 +212,9 @@ def test_a_modification_is_checked_before_it_is_confirmed(
     assert "amount_cents" in bad.text
     broken = c.post(f"/approvals/{rid}/check", data={"csrf": token, "args": "{"}, headers=ORIGIN)
     assert "not valid JSON" in broken.text
+    deep = "[" * 1000 + "]" * 1000  # deeper than json's parser goes: it was a bare 500
+    deeper = c.post(f"/approvals/{rid}/check", data={"csrf": token, "args": deep}, headers=ORIGIN)
+    assert "more than 256 levels deep" in deeper.text
     good = c.post(
         f"/approvals/{rid}/check",
         data={"csrf": token, "version": "0", "args": '{"order_id": "42", "amount_cents": 900}'},

@@ -18,6 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 import tether
+from tether.actors.messages import TOO_DEEP
 from tether.console import actions, csrf, views
 from tether.console.actions import Refusal
 from tether.console.auth import Principal, Session
@@ -235,6 +236,8 @@ def _json(text: str, what: str = "the arguments are") -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise Refusal(422, "invalid_json", f"{what} not valid JSON: {exc}") from exc
+    except RecursionError:  # deeper than json's parser goes, so far beyond what tether stores
+        raise Refusal(422, "invalid_json", f"{what} too deep to store: {TOO_DEEP}") from None
 
 
 async def _check(request: Request) -> Response:
