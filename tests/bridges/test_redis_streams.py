@@ -223,6 +223,45 @@ async def test_run_consumes_entries_as_they_come_until_cancelled(
 
 
 @pytest.mark.anyio
+async def test_run_outlasts_a_quiet_stream_on_a_client_with_a_socket_timeout(
+    rt: tether.Runtime, redis_world: RedisWorld
+) -> None:
+    """A blocking read never waits as long as the client's socket timeout (redis-py 8 gives
+    every client one of 5 s, the default ``block``): ``run`` on a quiet stream would end with
+    the client's TimeoutError after that long."""
+    client = redis.asyncio.Redis.from_url(REDIS_URL, socket_timeout=0.4)
+    consumer = RedisStreamsBridge(
+        rt, client, stream=redis_world.stream, group=redis_world.group, decode=decode
+    )
+    assert consumer.block < 0.4
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer.run)
+            await anyio.sleep(1.2)  # three socket timeouts without an entry
+            await redis_world.publish([payload("s-0", 0)])
+            with anyio.fail_after(30):
+                while consumer.stats.stored < 1:
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    finally:
+        await client.aclose()
+    assert await journal(rt, "s-0") == [0]
+
+
+def test_a_block_as_long_as_the_clients_socket_timeout_is_refused(tmp_path: Path) -> None:
+    client = redis.asyncio.Redis.from_url(REDIS_URL, socket_timeout=2.0)
+    with pytest.raises(tether.ConfigError, match=r"block \(2.0 s\) must be shorter than"):
+        RedisStreamsBridge(
+            tether.Runtime(tmp_path / "x.db"),
+            client,
+            stream="orders",
+            group="g",
+            decode=decode,
+            block=2.0,
+        )
+
+
+@pytest.mark.anyio
 async def test_a_client_that_decodes_responses_works_the_same(
     rt: tether.Runtime, redis_world: RedisWorld
 ) -> None:
