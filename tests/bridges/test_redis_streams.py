@@ -23,13 +23,14 @@ def bridge(rt: tether.Runtime, world: RedisWorld, **kw: Any) -> RedisStreamsBrid
     return RedisStreamsBridge(rt, world.client, stream=world.stream, group=world.group, **options)
 
 
-async def take_as(world: RedisWorld, consumer: str) -> list[str]:
-    """Read every new entry as ``consumer`` and never acknowledge: a consumer that died."""
+async def take_as(world: RedisWorld, consumer: str, *, idle: float = 0.001) -> list[str]:
+    """Read every new entry as ``consumer`` and never acknowledge: a consumer that died.
+    Returns once Redis counts the entries idle for longer than ``idle`` seconds, so that a
+    bridge with that ``claim_idle`` claims them (Redis counts idle time in whole
+    milliseconds, on its own clock)."""
     await world.client.xgroup_create(world.stream, world.group, id="0", mkstream=True)
     reply: Any = await world.client.xreadgroup(world.group, consumer, {world.stream: ">"})
-    # Redis counts idle time in whole milliseconds: without this pause a bridge that claims in
-    # the same millisecond sees 0 ms idle, under the tests' 1 ms ``claim_idle``, and claims nothing.
-    await anyio.sleep(0.01)
+    await world.wait_idle(idle)
     return [entry_id.decode() for entry_id, _ in reply[0][1]]
 
 
@@ -109,7 +110,7 @@ async def test_entries_a_dead_consumer_left_pending_are_claimed_once_idle_for_cl
     assert patient.received == 0
     assert [c for _, c, _ in await redis_world.pending()] == ["dead"] * 3
 
-    await anyio.sleep(0.06)
+    await redis_world.wait_idle(0.05)
     claimed = await bridge(rt, redis_world, claim_idle=0.05).drain()
 
     assert (claimed.received, claimed.redelivered, claimed.stored) == (3, 3, 3)
@@ -179,10 +180,16 @@ async def test_a_stream_whose_ids_are_not_times_is_not_judged_by_them(
         await redis_world.client.xadd(redis_world.stream, {"payload": payload("s-0", 0)}, id="7-0")
         await take_as(redis_world, "dead")
 
-        await bridge(rt, redis_world, claim_idle=0.001, ids_carry_time=False).drain()
+        stats = await bridge(rt, redis_world, claim_idle=0.001, ids_carry_time=False).drain()
 
-        assert await journal(rt, "s-0") == [0]
+        # Claimed, told and stored: not left pending, not held as poison. (Checked in this
+        # order, so that a failure says which of them did not happen.)
+        counts = (stats.received, stats.redelivered, stats.stored, stats.dead_lettered)
+        pending = await redis_world.pending()
+        assert counts == (1, 1, 1, 0), pending
+        assert pending == []
         assert await redis_world.dead_letters() == []
+        assert await journal(rt, "s-0") == [0]
 
 
 @pytest.mark.anyio
