@@ -1,0 +1,265 @@
+"""Edge cases a user of ``tether.mcp`` meets, against the real test server
+(``tests/mcp/server.py``): nested schemas, hanging tools, huge results, servers that are down
+or restarted, and the processes the runtime starts."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+import tether
+import tether.mcp
+from tests.mcp import agents, world
+from tests.mcp.agents import plan
+
+pytestmark = pytest.mark.anyio
+
+ASK = 60.0
+
+
+def runtime(tmp_path: Path, max_message_bytes: int = 1 << 20) -> tether.Runtime:
+    return tether.Runtime(
+        tmp_path / "agents.db", poll_interval=0.02, max_message_bytes=max_message_bytes
+    )
+
+
+async def test_a_nested_schema_with_defs_and_refs_is_shown_whole_and_enforced(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(world.stdio_server(db), only=["ship"])
+    [ship] = tools
+    shown = ship.spec()["input_schema"]
+    assert shown["properties"] == {"shipment": {"$ref": "#/$defs/Shipment"}}
+    assert set(shown["$defs"]) == {"Address", "Shipment"}
+    bad = {"shipment": {"order_id": "4", "to": {"street": "Main St", "zip_code": 75001}}}
+    good = {"shipment": {"order_id": "4", "to": {"street": "Main St", "zip_code": "75001"}}}
+    cls = agents.session_class("Ships", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="ship orders")
+        with pytest.raises(tether.TaskFailed, match="invalid tool call twice") as failed:
+            await session.ask(plan(("ship", bad)), timeout=ASK)
+        assert world.calls(db) == []  # nothing sent
+        result = await session.ask(plan(("ship", good)), timeout=ASK)
+    refused = failed.value.result.calls[0]
+    assert refused.effect_key is None  # refused before anything was recorded
+    assert refused.error is not None
+    assert "75001 is not of type 'string' - at `$.shipment.to.zip_code`" in refused.error
+    [shipped] = result.calls
+    assert shipped.result is not None
+    assert "order 4 shipped to 75001" in shipped.result
+    [served] = world.calls(db)
+    assert (served["tool"], served["meta_key"]) == ("ship", shipped.effect_key)
+
+
+async def test_a_hanging_call_is_cut_at_its_timeout_and_held_and_the_connection_serves_on(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(
+        world.stdio_server(db), options={"hold_order": {"timeout": 1.0}}
+    )
+    cls = agents.session_class("Hangs", tools)
+    async with runtime(tmp_path) as rt:
+        hanging = await rt.spawn(cls, "s1", goal="look after orders")
+        task = plan(
+            ("lookup_order", {"order_id": "6"}), ("hold_order", {"order_id": "6", "seconds": 3600})
+        )
+        await hanging.tell(task)
+        with anyio.fail_after(world.DEADLINE):
+            while not (held := await rt.quarantine.list("s1")):
+                await anyio.sleep(0.02)
+        # the same connection serves another session's call at once
+        other = await rt.spawn(cls, "s2", goal="look after orders")
+        result = await other.ask(plan(("lookup_order", {"order_id": "7"})), timeout=ASK)
+    [effect] = held
+    assert effect.tool == "hold_order"
+    [lookup] = result.calls
+    assert lookup.error is None
+    first, hold, looked_up = world.calls(db)
+    assert first["tool"] == "lookup_order"
+    assert (hold["tool"], hold["meta_key"]) == ("hold_order", effect.key)  # called once
+    assert looked_up["tool"] == "lookup_order"
+    assert first["pid"] == hold["pid"] == looked_up["pid"]  # one server: the timeout kept it
+
+
+async def test_a_hanging_read_only_call_is_called_again_with_the_same_key_and_trips_the_breaker(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(
+        world.stdio_server(db),
+        options={
+            "slow_lookup": {
+                "timeout": 1.0,
+                "retry": tether.RetryPolicy(max_attempts=2, initial_delay=0.05),
+            }
+        },
+    )
+    task = plan(
+        ("lookup_order", {"order_id": "8"}), ("slow_lookup", {"order_id": "8", "seconds": 3600})
+    )
+    cls = agents.session_class("Slow", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        result = await session.ask(task, timeout=ASK)
+    _, timed_out, refused = result.calls  # told once the retries are spent, it tries again
+    assert timed_out.error is not None
+    assert "failed after 2 attempt(s): TimeoutError" in timed_out.error
+    # the breaker ("external_api": 3 failures in a row) opened on the third timeout
+    assert refused.error is not None
+    assert "circuit breaker is open" in refused.error
+    served = world.calls(db, "slow_lookup")
+    assert [c["meta_key"] for c in served[:2]] == [timed_out.effect_key] * 2  # the same key
+    assert len(served) == 3
+
+
+async def test_a_result_too_large_to_record_is_a_failure_the_model_sees(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(world.stdio_server(db))
+    cls = agents.session_class("Huge", tools)
+    limit = 20_000
+    task = plan(
+        ("order_history", {"order_id": "9", "size": 5_000}),
+        ("order_history", {"order_id": "9", "size": 4 * limit}),
+    )
+    async with runtime(tmp_path, max_message_bytes=limit) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        result = await session.ask(task, timeout=ASK)
+    fits, *too_large = result.calls
+    assert fits.error is None
+    assert fits.result is not None
+    assert "x" * 5_000 in fits.result
+    assert too_large
+    for call in too_large:
+        assert call.error is not None
+        assert f"over the runtime's max_message_bytes ({limit})" in call.error
+
+
+async def test_a_loop_of_the_same_call_is_cut_before_the_server_sees_it(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(world.stdio_server(db), only=["lookup_order"])
+    same = ("lookup_order", {"order_id": "1"})
+    cls = agents.session_class("Loops", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        result = await session.ask(plan(same, same, same), timeout=ASK)
+    first, second, *cut = result.calls
+    assert first.error is None
+    assert second.error is None
+    assert cut
+    for call in cut:
+        assert call.error is not None
+        assert "Loop detected, the call was not made" in call.error
+    assert len(world.calls(db)) == 2  # the server saw two calls, never the third
+
+
+async def test_a_tool_the_server_no_longer_has_is_a_failure_the_model_sees(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(world.stdio_server(db))
+    (tmp_path / "server.db.without").write_text("lookup_order")  # a new version, without it
+    cls = agents.session_class("Gone", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        result = await session.ask(plan(("lookup_order", {"order_id": "1"})), timeout=ASK)
+        held = await rt.quarantine.list()
+    assert result.calls
+    for call in result.calls:
+        assert call.error is not None
+        assert "McpToolError" in call.error
+        assert "lookup_order" in call.error
+    assert held == []
+    assert world.calls(db) == []
+
+
+async def test_results_that_are_not_text_are_recorded_as_json_or_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(
+        world.stdio_server(db), defaults={"retry": tether.RetryPolicy(max_attempts=1)}
+    )
+    task = plan(("order_label", {"order_id": "5"}), ("order_checksum", {"order_id": "5"}))
+    cls = agents.session_class("NotText", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        result = await session.ask(task, timeout=ASK)
+        held = await rt.quarantine.list()
+    label, *checksum = result.calls
+    assert label.result is not None
+    blocks = json.loads(label.result)
+    assert blocks[0] == {"type": "text", "text": "label of order 5"}
+    assert (blocks[1]["type"], blocks[1]["mimeType"]) == ("image", "image/png")
+    assert base64.b64decode(blocks[1]["data"]) == b"\x89PNG-label"
+    # a number msgpack cannot hold: the call was made, its result cannot be recorded
+    assert checksum
+    for call in checksum:
+        assert call.error is not None
+        assert "cannot be recorded" in call.error
+    assert held == []  # read-only: a failure, not a held effect
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_the_runtime_stops_the_stdio_servers_it_started_when_it_closes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(world.stdio_server(db))
+    cls = agents.session_class("Closes", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        await session.ask(plan(("lookup_order", {"order_id": "1"})), timeout=ASK)
+        [served] = world.calls(db)
+        assert alive(served["pid"])
+    with anyio.fail_after(world.DEADLINE):
+        while any(alive(pid) for pid in world.starts(db)):
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("transport", ["http"])
+async def test_an_http_server_that_restarted_is_connected_again_and_the_calls_go_on(
+    tmp_path: Path, transport: str
+) -> None:
+    db = tmp_path / "server.db"
+    with world.http_server(db, tmp_path / "http.log", transport) as server:
+        tools = await tether.mcp.load_tools(
+            tether.mcp.HttpServer(server.url, wait_connected=world.DEADLINE),
+            defaults={"retry": tether.RetryPolicy(max_attempts=3), "breaker": None},
+        )
+        cls = agents.session_class(f"Restarted{transport.replace('-', '')}", tools)
+        async with runtime(tmp_path) as rt:
+            session = await rt.spawn(cls, "s1", goal="look after orders")
+            before = await session.ask(plan(("lookup_order", {"order_id": "1"})), timeout=ASK)
+            server.restart()  # a deploy: the server forgets its sessions
+            # fail_order has no hints: a call refused by the restarted server is not held
+            task = plan(("lookup_order", {"order_id": "2"}), ("fail_order", {"order_id": "3"}))
+            after = await session.ask(task, timeout=ASK)
+            held = await rt.quarantine.list()
+    assert before.calls[0].error is None
+    looked_up, *failed = after.calls
+    assert looked_up.error is None, looked_up.error
+    assert failed
+    for call in failed:
+        assert call.error is not None
+        assert "McpToolError" in call.error
+        assert "Error executing tool fail_order" in call.error  # the server ran it
+    assert held == []
+    served = world.calls(db)
+    assert [c["tool"] for c in served] == ["lookup_order", "lookup_order"] + ["fail_order"] * len(
+        failed
+    )
+    assert served[0]["pid"] != served[1]["pid"]
