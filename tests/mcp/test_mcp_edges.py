@@ -263,3 +263,31 @@ async def test_an_http_server_that_restarted_is_connected_again_and_the_calls_go
         failed
     )
     assert served[0]["pid"] != served[1]["pid"]
+
+
+async def test_a_call_that_times_out_while_the_server_starts_was_not_carried_out(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    # hold_order has no hints: a call that may have been made would be held for a person
+    tools = await tether.mcp.load_tools(
+        world.stdio_server(db),
+        options={
+            "hold_order": {
+                "timeout": 2.0,
+                "retry": tether.RetryPolicy(max_attempts=1),
+                "breaker": None,
+            }
+        },
+    )
+    (tmp_path / "server.db.slow").write_text("6")  # from now on, it takes 6 s to start
+    cls = agents.session_class("SlowStart", tools)
+    task = plan(("hold_order", {"order_id": "1", "seconds": 0}))
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        result = await session.ask(task, timeout=ASK)
+        held = await rt.quarantine.list()
+    assert held == []  # never sent: nothing to hold
+    assert result.calls
+    world.assert_not_sent(result.calls)
+    assert world.calls(db) == []

@@ -41,6 +41,9 @@ from tether.supervisor.supervisor import Supervisor
 MCP_SUPERVISOR = "mcp:servers"
 _CONNECTION_PREFIX = "mcp:server:"
 _POLL = 0.05  # seconds between looks at a connection that is starting
+#: Seconds (at most a tenth of the time left) before a call's deadline at which it stops
+#: waiting for its connection: time to say "not sent" before the deadline cuts it short.
+_DEADLINE_MARGIN = 1.0
 
 
 def connection_id(server: str) -> str:
@@ -124,12 +127,29 @@ class McpConnection(Actor[ConnectionState]):
         return f"not connected ({why})" if why else "not connected"
 
 
+def _wait_until(server: McpServer) -> tuple[float, str]:
+    """When a call stops waiting for its connection, and how to say why: after the server's
+    ``wait_connected`` seconds, or a little before the call's own deadline (its tool's
+    ``timeout``), whichever comes first. A call cut short by its deadline while it waits is
+    taken by the effect path as maybe carried out; one that gives up first knows that it
+    sent nothing, and says so (``McpNotConnected``: not carried out)."""
+    now = anyio.current_time()
+    waited = now + server.wait_connected
+    deadline = anyio.current_effective_deadline()
+    before_deadline = deadline - min(_DEADLINE_MARGIN, (deadline - now) / 10)
+    if before_deadline < waited:
+        return before_deadline, f"within the call's timeout ({deadline - now:.3g} s left)"
+    return waited, f"after {server.wait_connected} s"
+
+
 async def link_for(rt: Any, server: McpServer, tool: str) -> Link:
     """The live link to ``server`` in runtime ``rt``: its connection started on first use,
     and waited for while it starts or restarts. ``McpNotConnected`` after the server's
-    ``wait_connected`` seconds: the request was not sent."""
+    ``wait_connected`` seconds, or just before the call's deadline: the request was not
+    sent."""
     last = "it is starting"
-    with anyio.move_on_after(server.wait_connected):
+    until, waited = _wait_until(server)
+    with anyio.move_on_at(until):
         while True:
             try:
                 await rt.guards.child(MCP_SUPERVISOR, McpSupervisor, {})
@@ -152,6 +172,5 @@ async def link_for(rt: Any, server: McpServer, tool: str) -> Link:
             await anyio.sleep(_POLL)
     raise McpNotConnected(
         tool,
-        f"MCP server {server.name!r} is not connected after {server.wait_connected} s "
-        f"({last}); the request was not sent",
+        f"MCP server {server.name!r} is not connected {waited} ({last}); the request was not sent",
     )
