@@ -28,6 +28,15 @@ def runtime(tmp_path: Path, max_message_bytes: int = 1 << 20) -> tether.Runtime:
     )
 
 
+async def connection(rt: tether.Runtime, server: tether.mcp.McpServer) -> tether.TreeNode:
+    """The server's connection in the supervision tree."""
+    wanted = tether.mcp.connection_id(server.name)
+    found = [n for root in await rt.tree() if (n := root.find(wanted)) is not None]
+    if not found:
+        raise AssertionError(f"no {wanted} in the tree")
+    return found[0]
+
+
 async def test_a_nested_schema_with_defs_and_refs_is_shown_whole_and_enforced(
     tmp_path: Path,
 ) -> None:
@@ -291,3 +300,59 @@ async def test_a_call_that_times_out_while_the_server_starts_was_not_carried_out
     assert result.calls
     world.assert_not_sent(result.calls)
     assert world.calls(db) == []
+
+
+async def test_an_http_server_down_when_the_runtime_starts_is_used_once_it_is_up(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    with world.http_server(db, tmp_path / "http.log") as server:
+        tools = await tether.mcp.load_tools(
+            tether.mcp.HttpServer(server.url, wait_connected=1.0),
+            defaults={"retry": tether.RetryPolicy(max_attempts=1), "breaker": None},
+        )
+        server.kill()  # down before the runtime starts
+        cls = agents.session_class("DownAtStart", tools)
+        async with runtime(tmp_path) as rt:
+            session = await rt.spawn(cls, "s1", goal="look after orders")
+            down = await session.ask(plan(("fail_order", {"order_id": "1"})), timeout=ASK)
+            server.start()
+            with anyio.fail_after(world.DEADLINE):  # connected again, with backoff
+                while True:
+                    up = await session.ask(plan(("lookup_order", {"order_id": "2"})), timeout=ASK)
+                    if up.calls[-1].error is None:
+                        break
+            held = await rt.quarantine.list()
+    world.assert_not_sent(down.calls)
+    assert held == []
+    assert [c["tool"] for c in world.calls(db)] == ["lookup_order"]
+
+
+async def test_a_stdio_server_that_could_not_start_is_started_again_with_backoff(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    server = world.stdio_server(db, wait_connected=1.0)  # a call's wait for a server down
+    tools = await tether.mcp.load_tools(
+        server, defaults={"retry": tether.RetryPolicy(max_attempts=1), "breaker": None}
+    )
+    down = tmp_path / "server.db.down"
+    down.touch()  # from now on the server exits as it starts
+    cls = agents.session_class("StartsLater", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        failed = await session.ask(plan(("lookup_order", {"order_id": "1"})), timeout=ASK)
+        with anyio.fail_after(world.DEADLINE):  # its start failed, and it is started again
+            while len(world.starts(db)) < 4:  # the listing's start, then the runtime's
+                await anyio.sleep(0.02)
+        down.unlink()
+        with anyio.fail_after(world.DEADLINE):  # the next restart connects
+            while not ((await connection(rt, server)).detail or "").startswith("connected"):
+                await anyio.sleep(0.05)
+        result = await session.ask(plan(("lookup_order", {"order_id": "2"})), timeout=ASK)
+        node = await connection(rt, server)
+    world.assert_not_sent(failed.calls)
+    assert result.calls[-1].error is None
+    [served] = world.calls(db)
+    assert served["order_id"] == "2"
+    assert node.restart_count >= 2
