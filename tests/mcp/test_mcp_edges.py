@@ -239,7 +239,7 @@ async def test_the_runtime_stops_the_stdio_servers_it_started_when_it_closes(
             await anyio.sleep(0.05)
 
 
-@pytest.mark.parametrize("transport", ["http"])
+@pytest.mark.parametrize("transport", ["http", "http-legacy"])
 async def test_an_http_server_that_restarted_is_connected_again_and_the_calls_go_on(
     tmp_path: Path, transport: str
 ) -> None:
@@ -356,3 +356,34 @@ async def test_a_stdio_server_that_could_not_start_is_started_again_with_backoff
     [served] = world.calls(db)
     assert served["order_id"] == "2"
     assert node.restart_count >= 2
+
+
+@pytest.mark.parametrize("transport", ["http", "http-legacy"])
+async def test_a_call_in_flight_when_an_http_server_dies_is_held_whatever_the_next_call_meets(
+    tmp_path: Path, transport: str
+) -> None:
+    db = tmp_path / "server.db"
+    with world.http_server(db, tmp_path / "http.log", transport) as server:
+        # hold_order has no hints: maybe carried out, it must be held for a person
+        tools = await tether.mcp.load_tools(
+            tether.mcp.HttpServer(server.url, wait_connected=1.0),
+            defaults={"retry": tether.RetryPolicy(max_attempts=1), "breaker": None},
+        )
+        cls = agents.session_class(f"DiesInFlight{transport.replace('-', '')}", tools)
+        async with runtime(tmp_path) as rt:
+            busy = await rt.spawn(cls, "s1", goal="look after orders")
+            other = await rt.spawn(cls, "s2", goal="look after orders")
+            await busy.tell(plan(("hold_order", {"order_id": "1", "seconds": 3600})))
+            with anyio.fail_after(world.DEADLINE):  # the server is doing the work
+                while not world.calls(db, "hold_order"):
+                    await anyio.sleep(0.02)
+            server.kill()
+            # another call, at once, meets a server that is gone: it was never delivered
+            refused = await other.ask(plan(("lookup_order", {"order_id": "2"})), timeout=ASK)
+            with anyio.fail_after(world.DEADLINE):
+                while not (held := await rt.quarantine.list("s1")):
+                    await anyio.sleep(0.02)
+    [effect] = held
+    [hold] = world.calls(db, "hold_order")
+    assert (effect.tool, effect.key) == ("hold_order", hold["meta_key"])
+    world.assert_not_sent(refused.calls)
