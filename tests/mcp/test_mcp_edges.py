@@ -387,3 +387,25 @@ async def test_a_call_in_flight_when_an_http_server_dies_is_held_whatever_the_ne
     [hold] = world.calls(db, "hold_order")
     assert (effect.tool, effect.key) == ("hold_order", hold["meta_key"])
     world.assert_not_sent(refused.calls)
+
+
+def test_listing_a_server_that_cannot_start_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    (tmp_path / "server.db.down").touch()
+    with pytest.raises(
+        tether.mcp.McpNotConnected, match=r"cannot connect \(stdio: .*tests\.mcp\.server"
+    ):
+        tether.mcp.tools(world.stdio_server(db))
+    with pytest.raises(
+        tether.mcp.McpNotConnected, match=r"cannot connect \(streamable HTTP: .*\): ConnectError"
+    ):
+        tether.mcp.tools(tether.mcp.HttpServer(f"http://127.0.0.1:{world.free_port()}/mcp"))
+
+
+async def test_a_tool_called_directly_raises_the_servers_error(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    tools = await tether.mcp.load_tools(world.stdio_server(db), only=["fail_order"])
+    with pytest.raises(tether.mcp.McpToolError, match="Error executing tool fail_order"):
+        await tools[0](order_id="1")
+    [served] = world.calls(db)
+    assert served["tool"] == "fail_order"
