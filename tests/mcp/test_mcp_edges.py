@@ -16,6 +16,8 @@ import tether
 import tether.mcp
 from tests.mcp import agents, world
 from tests.mcp.agents import plan
+from tether.mcp.connection import MCP_SUPERVISOR, McpSupervisor
+from tether.supervisor.spec import Backoff, OneForOne
 
 pytestmark = pytest.mark.anyio
 
@@ -28,12 +30,11 @@ def runtime(tmp_path: Path, max_message_bytes: int = 1 << 20) -> tether.Runtime:
     )
 
 
-async def connection(rt: tether.Runtime, server: tether.mcp.McpServer) -> tether.TreeNode:
-    """The server's connection in the supervision tree."""
-    wanted = tether.mcp.connection_id(server.name)
-    found = [n for root in await rt.tree() if (n := root.find(wanted)) is not None]
+async def tree_node(rt: tether.Runtime, actor_id: str) -> tether.TreeNode:
+    """The actor ``actor_id`` in the supervision tree."""
+    found = [n for root in await rt.tree() if (n := root.find(actor_id)) is not None]
     if not found:
-        raise AssertionError(f"no {wanted} in the tree")
+        raise AssertionError(f"no {actor_id} in the tree")
     return found[0]
 
 
@@ -347,10 +348,12 @@ async def test_a_stdio_server_that_could_not_start_is_started_again_with_backoff
                 await anyio.sleep(0.02)
         down.unlink()
         with anyio.fail_after(world.DEADLINE):  # the next restart connects
-            while not ((await connection(rt, server)).detail or "").startswith("connected"):
+            while not (
+                (await tree_node(rt, tether.mcp.connection_id(server.name))).detail or ""
+            ).startswith("connected"):
                 await anyio.sleep(0.05)
         result = await session.ask(plan(("lookup_order", {"order_id": "2"})), timeout=ASK)
-        node = await connection(rt, server)
+        node = await tree_node(rt, tether.mcp.connection_id(server.name))
     world.assert_not_sent(failed.calls)
     assert result.calls[-1].error is None
     [served] = world.calls(db)
@@ -409,3 +412,32 @@ async def test_a_tool_called_directly_raises_the_servers_error(tmp_path: Path) -
         await tools[0](order_id="1")
     [served] = world.calls(db)
     assert served["tool"] == "fail_order"
+
+
+async def test_a_connection_whose_supervisor_gave_up_starts_again_on_its_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an MCP supervisor that gives up at once: past 2 restarts, with hardly any backoff
+    quick = OneForOne(max_restarts=2, within=60.0, backoff=Backoff(0.01, 0.02))
+    monkeypatch.setattr(McpSupervisor, "strategy", quick)
+    db = tmp_path / "server.db"
+    server = world.stdio_server(db, wait_connected=1.0)
+    tools = await tether.mcp.load_tools(
+        server, defaults={"retry": tether.RetryPolicy(max_attempts=1), "breaker": None}
+    )
+    down = tmp_path / "server.db.down"
+    down.touch()
+    cls = agents.session_class("GaveUp", tools)
+    async with runtime(tmp_path) as rt:
+        session = await rt.spawn(cls, "s1", goal="look after orders")
+        failed = await session.ask(plan(("lookup_order", {"order_id": "1"})), timeout=ASK)
+        with anyio.fail_after(world.DEADLINE):  # it gave up, and tether.guards restarted it
+            while not (supervisor := await tree_node(rt, MCP_SUPERVISOR)).restart_count:
+                await anyio.sleep(0.05)
+        down.unlink()
+        other = await rt.spawn(cls, "s2", goal="look after orders")
+        result = await other.ask(plan(("lookup_order", {"order_id": "2"})), timeout=ASK)
+    world.assert_not_sent(failed.calls)
+    assert supervisor.restart_count >= 1
+    assert result.calls[-1].error is None
+    assert [c["order_id"] for c in world.calls(db)] == ["2"]
