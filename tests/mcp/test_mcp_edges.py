@@ -441,3 +441,27 @@ async def test_a_connection_whose_supervisor_gave_up_starts_again_on_its_next_ca
     assert supervisor.restart_count >= 1
     assert result.calls[-1].error is None
     assert [c["order_id"] for c in world.calls(db)] == ["2"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core (tether/actors/session.py): a session's tool named 'model' is accepted; it "
+    "shares the model's breaker (breaker:model: its failures stop the session's model calls) "
+    "and the console and CLI show its calls as the model's (MODEL_TOOL). An MCP server may "
+    "well list a tool named 'model'. AgentSession should refuse the name, saying to rename "
+    "it (tether.mcp: prefix= or options={'model': {'name': ...}}).",
+)
+async def test_a_tool_named_like_the_sessions_model_is_refused(tmp_path: Path) -> None:
+    tools = await tether.mcp.load_tools(
+        world.stdio_server(tmp_path / "server.db"),
+        only=["lookup_order"],
+        options={"lookup_order": {"name": "model"}},
+    )
+
+    async def define_and_spawn() -> None:  # refused at either point
+        cls = agents.session_class("NamedModel", tools)
+        async with runtime(tmp_path) as rt:
+            await rt.spawn(cls, "s1", goal="look after orders")
+
+    with pytest.raises(tether.ConfigError, match="model"):
+        await define_and_spawn()
