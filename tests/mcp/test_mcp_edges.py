@@ -453,14 +453,6 @@ async def test_a_connection_whose_supervisor_gave_up_starts_again_on_its_next_ca
     assert "3" in [c["order_id"] for c in world.calls(db)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core (tether/actors/session.py): a session's tool named 'model' is accepted; it "
-    "shares the model's breaker (breaker:model: its failures stop the session's model calls) "
-    "and the console and CLI show its calls as the model's (MODEL_TOOL). An MCP server may "
-    "well list a tool named 'model'. AgentSession should refuse the name, saying to rename "
-    "it (tether.mcp: prefix= or options={'model': {'name': ...}}).",
-)
 async def test_a_tool_named_like_the_sessions_model_is_refused(tmp_path: Path) -> None:
     tools = await tether.mcp.load_tools(
         world.stdio_server(tmp_path / "server.db"),

@@ -51,6 +51,15 @@ def tools_by_name(cls: type[SessionClass]) -> dict[str, Tool]:
     for t in cls.tools:
         if t.name in names:
             raise ConfigError(f"{cls.__qualname__}.tools has two tools named {t.name!r}")
+        if t.name == MODEL_TOOL:
+            # The model's calls are the tool of this name: a tool sharing it would share its
+            # breaker (its failures would stop the session's model) and its ledger rows would
+            # read as model decisions in the CLI and the console.
+            raise ConfigError(
+                f"{cls.__qualname__}.tools has a tool named {MODEL_TOOL!r}, the name of the "
+                "session's own model calls: rename it (@tether.tool(name=...); for MCP tools "
+                "tether.mcp.tools(..., prefix=...) or options={'model': {'name': ...}})"
+            )
         names[t.name] = t
     return names
 
