@@ -167,11 +167,13 @@ def acquire(cur: Cursor, acquires: list[LeaseAcquire], result: BatchResult) -> N
     """Take each lease that is free, expired on the server's clock, the acquirer's, or held by
     an owner that is not a registered runtime; ``result.leases``: the new fence, or None.
 
-    The rows are locked ``FOR UPDATE`` in ``actor_id`` order, and waited for, not skipped
-    (``SKIP LOCKED``): a row may be locked ``FOR SHARE`` by its old owner's batch, and the
-    lease must be judged once that batch has committed (a takeover racing a stale owner's
-    intent: the conformance suite's case). Another runtime claiming the same actor holds its
-    row only for its own short claim; when it commits, this one finds the lease taken."""
+    The rows are claimed ``FOR UPDATE SKIP LOCKED``: a row another transaction holds is not
+    claimed now (None, as for a lease held), and a later claim judges it again. The holder
+    may be its old owner's batch, reading the fence ``FOR SHARE``: the takeover's fence
+    increment must not land under it (I8), and waiting for it would stall this runtime's
+    one writer, every session's writes with it, for as long as that transaction stays open
+    (a host cut off in the middle of one holds it until the server's idle timeout ends it).
+    Another runtime's claim of the same actor holds the row for its short transaction only."""
     first: dict[str, LeaseAcquire] = {}
     for a in acquires:
         first.setdefault(a.actor_id, a)
@@ -184,7 +186,7 @@ def acquire(cur: Cursor, acquires: list[LeaseAcquire], result: BatchResult) -> N
         "WHERE a.status = 'active' AND (a.lease_owner IS NULL OR a.lease_owner = v.owner "
         "OR a.lease_expires < clock.now OR NOT EXISTS "
         "(SELECT 1 FROM runtimes r WHERE r.runtime_id = a.lease_owner)) "
-        "ORDER BY a.actor_id FOR UPDATE OF a) "
+        "ORDER BY a.actor_id FOR UPDATE OF a SKIP LOCKED) "
         "UPDATE actors a SET lease_owner = v.owner, lease_expires = clock.now + v.ttl, "
         "fence = a.fence + 1 FROM v, clock, free "
         "WHERE a.actor_id = v.actor_id AND a.actor_id = free.actor_id "
