@@ -5,6 +5,7 @@ doubled write; the store reconnects and goes on."""
 from __future__ import annotations
 
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,9 +15,10 @@ import pytest
 
 import tether
 from tests import sample_actors as s
-from tests.pg import Cluster, unavailable, with_database
+from tests.pg import Cluster, PgServer, unavailable, with_database
+from tests.store.pg_proxy import SilentCut
 from tether.store.postgres import PostgresStore
-from tether.store.postgres.store import split_schema
+from tether.store.postgres.dsn import split_schema
 from tether.store.records import Batch, BatchResult, Claim, JournalRow
 from tether.testing.conformance.support import msg, owned, send, step
 
@@ -127,9 +129,12 @@ async def test_the_store_sets_its_timeouts_and_keepalives(pg_url: str) -> None:
     try:
         found = await store._read(
             "SELECT current_setting('statement_timeout'), "
-            "current_setting('idle_in_transaction_session_timeout')"
+            "current_setting('idle_in_transaction_session_timeout'), "
+            "current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'), "
+            "current_setting('tcp_keepalives_count')"
         )
-        assert found == [("12s", "34s")]
+        # the server's end too: a backend whose host vanished frees its slot in about a minute
+        assert found == [("12s", "34s", "30", "10", "3")]
         conninfo = store.settings.conninfo()
         for param in ("keepalives=1", "keepalives_idle=30", "connect_timeout=10"):
             assert param in conninfo
@@ -190,3 +195,46 @@ async def test_a_write_while_the_server_stays_down_fails_clearly_and_changes_not
         assert [m.msg_id for m in await store.list_messages("a", 10)] == ["m0", "m2"]
     finally:
         await store.close()
+
+
+async def test_a_batch_cut_off_silently_before_its_commit_is_applied_once_with_the_defaults(
+    pg_server: PgServer, pg_schema: str
+) -> None:
+    """The network goes down in the middle of a write transaction without the server hearing
+    of it (``SilentCut``): its backend holds the transaction open, with its batch id. The
+    writer reconnects and runs the batch again under that id, which waits for the old
+    transaction; the server ends that one at ``idle_in_transaction_session_timeout``, which by
+    default comes before the retry gives up and before the waiting statement's own timeout,
+    so the batch is applied once and the caller gets its result."""
+    target = urllib.parse.urlsplit(pg_server.dsn)
+    relay = SilentCut((target.hostname or "127.0.0.1", target.port or 5432))
+    store = PostgresStore(relay.url(pg_server.schema_url(pg_schema)))
+    await store.open()
+    try:
+        fence = await owned(store, "a")
+        await send(store, msg("m1"))
+        attempt = store._writer._attempt
+
+        def cut_before_commit(conn: Any, fn: Callable[..., Any], *args: Any) -> Any:
+            if relay.cuts:
+                return attempt(conn, fn, *args)
+
+            def then_cut(cur: Any) -> Any:
+                result = fn(cur)
+                relay.cut()
+                return result
+
+            return attempt(conn, then_cut, *args)
+
+        store._writer._attempt = cut_before_commit  # type: ignore[method-assign,assignment]
+        result = await store.apply(
+            Batch(steps=[step("a", fence, "m1", events=[JournalRow(1, b"e")], reply=b"ok")])
+        )
+        assert relay.cuts == 1
+        assert result.stale == set()
+        assert [r.seq for r in await store.load_journal("a", 0, 10)] == [1]
+        [reply] = await store.get_replies(["m1"])
+        assert reply.payload == b"ok"
+    finally:
+        await store.close()
+        relay.close()
