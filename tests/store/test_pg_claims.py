@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.store.test_pg_conformance import hold_open
+from tether.errors import StoreError
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.dsn import split_schema
 from tether.store.records import Batch, EffectWrite
@@ -89,3 +90,25 @@ async def test_a_claim_skips_an_actor_whose_stale_owner_holds_a_batch_open(
     result = await old_store.apply(Batch(effects=[EffectWrite(old, late)]))
     assert result.stale == {"a"}
     assert await new_store.effects_of("a", "m1") == [intent]
+
+
+async def test_an_effect_row_never_overwrites_another_actors_row_under_the_same_slot(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """The ledger is keyed by (msg_id, idx). Were two actors' effects ever to share one, the
+    second write is refused with its whole batch (the server refuses it in the statement:
+    a batch in pipeline mode reads no count of rows), never recorded over the first."""
+    store, _ = stores
+    fa, fb = await owned(store, "a"), await owned(store, "b")
+    await store.apply(Batch(effects=[EffectWrite(fa, effect("m1", 0, actor_id="a"))]))
+    clash = effect("m1", 0, actor_id="b", status="done", result=b"\x01")
+    other = effect("m2", 0, actor_id="b")
+    with pytest.raises(StoreError, match="already held by another actor's effect"):
+        await store.apply(Batch(effects=[EffectWrite(fb, other), EffectWrite(fb, clash)]))
+    assert await store.effects_of("a", "m1") == [effect("m1", 0, actor_id="a")]
+    assert await store.effects_of("b", "m1") == []
+    assert await store.effects_of("b", "m2") == []  # rolled back with the batch
+    # An intent and its receipt in one batch: both written, in order.
+    receipt = effect("m2", 0, actor_id="b", status="done", result=b"\x02")
+    await store.apply(Batch(effects=[EffectWrite(fb, other), EffectWrite(fb, receipt)]))
+    assert await store.effects_of("b", "m2") == [receipt]

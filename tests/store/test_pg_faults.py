@@ -4,9 +4,10 @@ doubled write; the store reconnects and goes on."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -19,6 +20,7 @@ from tests.pg import Cluster, PgServer, unavailable, with_database
 from tests.store.pg_proxy import SilentCut
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.dsn import split_schema
+from tether.store.postgres.writer import Job
 from tether.store.records import Batch, BatchResult, Claim, JournalRow
 from tether.testing.conformance.support import msg, owned, send, step
 
@@ -72,18 +74,18 @@ def _cut_after(store: PostgresStore, *, when: str) -> list[int]:
         cuts.append(conn.info.backend_pid)
         conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-    def flaky(conn: Any, fn: Callable[..., Any], batch_id: Any, result_type: Any) -> Any:
+    def flaky(conn: Any, job: Job[Any]) -> Any:
         if cuts:
-            return attempt(conn, fn, batch_id, result_type)
+            return attempt(conn, job)
         if when == "before":
 
             def then_cut(cur: Any) -> Any:
-                result = fn(cur)
+                result = job.fn(cur)
                 cut(cur.connection)
                 return result
 
-            return attempt(conn, then_cut, batch_id, result_type)
-        result = attempt(conn, fn, batch_id, result_type)
+            return attempt(conn, dataclasses.replace(job, fn=then_cut))
+        result = attempt(conn, job)
         cut(conn)
         return result
 
@@ -215,18 +217,18 @@ async def test_a_batch_cut_off_silently_before_its_commit_is_applied_once_with_t
         await send(store, msg("m1"))
         attempt = store._writer._attempt
 
-        def cut_before_commit(conn: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        def cut_before_commit(conn: Any, job: Job[Any]) -> Any:
             if relay.cuts:
-                return attempt(conn, fn, *args)
+                return attempt(conn, job)
 
             def then_cut(cur: Any) -> Any:
-                result = fn(cur)
+                result = job.fn(cur)
                 relay.cut()
                 return result
 
-            return attempt(conn, then_cut, *args)
+            return attempt(conn, dataclasses.replace(job, fn=then_cut))
 
-        store._writer._attempt = cut_before_commit  # type: ignore[method-assign,assignment]
+        store._writer._attempt = cut_before_commit  # type: ignore[method-assign]
         result = await store.apply(
             Batch(steps=[step("a", fence, "m1", events=[JournalRow(1, b"e")], reply=b"ok")])
         )

@@ -121,6 +121,10 @@ class PgConnection:
         self.name = name
         self._executor: ThreadPoolExecutor | None = None  # made by open, gone after close
         self.conn: Conn | None = None
+        # the server's backend serving ``conn`` directly: its pid and its start, which tell it
+        # from a later backend given the same pid. None behind a pooler (PgBouncer gives the
+        # client a pid of its own): the server's backend may serve another client later.
+        self.backend: tuple[int, Any] | None = None
 
     def _thread(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -139,12 +143,22 @@ class PgConnection:
         if self.conn is not None and (self.conn.closed or self.conn.broken):
             self.drop()
         if self.conn is None:
-            self.conn = self.settings.connect()
+            conn = self.settings.connect()
+            try:
+                found = conn.execute(
+                    "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                ).fetchone()
+                direct = found is not None and found[0] == conn.info.backend_pid
+                self.backend = (int(found[0]), found[1]) if found is not None and direct else None
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
         return self.conn
 
     def drop(self) -> None:
         """Forget a broken connection (closing what is left of it); on the connection's thread."""
-        conn, self.conn = self.conn, None
+        conn, self.conn, self.backend = self.conn, None, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()

@@ -178,7 +178,21 @@ class PostgresStore(MailReads, AdminWrites):
     # -- the batch ----------------------------------------------------------------------------
 
     async def apply(self, batch: Batch) -> BatchResult:
-        return await self._commit(lambda cur: writes.apply(cur, batch), BatchResult)
+        noticed = False  # the last attempt's commit had its notice queued after it
+
+        def write(cur: Cursor) -> BatchResult:  # each attempt starts here (writer.py)
+            nonlocal noticed
+            noticed = False
+            return writes.apply(cur, batch)
+
+        def notice(conn: Conn) -> None:  # after the commit, in its pipeline
+            nonlocal noticed
+            noticed = self._notices.inline(conn)
+
+        result = await self._writer.run(write, BatchResult, pipelined=True, then=notice)
+        if not noticed:
+            self._notices.committed()
+        return result
 
     async def _commit(self, fn: Callable[[Cursor], T], result_type: type[T]) -> T:
         """Run ``fn`` in one write transaction, exactly once (``writer.py``); then tell the
