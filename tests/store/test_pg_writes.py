@@ -1,11 +1,15 @@
-"""Claims of leases on a PostgreSQL store never wait for another runtime's transaction.
+"""The PostgreSQL store's batch writes where several writers make the difference.
 
-A lease claim takes the actor's row ``FOR UPDATE SKIP LOCKED``: a row another transaction
-holds (a stale owner's batch reading its fence ``FOR SHARE``, perhaps of a host cut off in
-the middle of it, whose transaction the server ends only at its idle timeout) is left for a
-later claim. Waiting for it instead would stall the claiming runtime's one writer, and with
-it every session of that runtime. Fencing still holds: the takeover's fence increment
-happens after the stale batch has committed, never under it.
+Lease claims never wait for another runtime's transaction. A claim takes the actor's row
+``FOR UPDATE SKIP LOCKED``: a row another transaction holds (a stale owner's batch reading its
+fence ``FOR SHARE``, perhaps of a host cut off in the middle of it, whose transaction the
+server ends only at its idle timeout) is left for a later claim. Waiting for it instead would
+stall the claiming runtime's one writer, and with it every session of that runtime. Fencing
+still holds: the takeover's fence increment happens after the stale batch has committed, never
+under it.
+
+An effect slot held by another actor is refused with the whole batch, by the server inside
+the statement: a batch in pipeline mode reads no count of rows before its commit.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ import anyio
 import psycopg
 import pytest
 
+from tests.store.effect_slots import refuses_another_actors_slot
 from tests.store.test_pg_conformance import hold_open
-from tether.errors import StoreError
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.dsn import split_schema
 from tether.store.records import Batch, EffectWrite
@@ -95,20 +99,6 @@ async def test_a_claim_skips_an_actor_whose_stale_owner_holds_a_batch_open(
 async def test_an_effect_row_never_overwrites_another_actors_row_under_the_same_slot(
     stores: tuple[PostgresStore, PostgresStore],
 ) -> None:
-    """The ledger is keyed by (msg_id, idx). Were two actors' effects ever to share one, the
-    second write is refused with its whole batch (the server refuses it in the statement:
-    a batch in pipeline mode reads no count of rows), never recorded over the first."""
-    store, _ = stores
-    fa, fb = await owned(store, "a"), await owned(store, "b")
-    await store.apply(Batch(effects=[EffectWrite(fa, effect("m1", 0, actor_id="a"))]))
-    clash = effect("m1", 0, actor_id="b", status="done", result=b"\x01")
-    other = effect("m2", 0, actor_id="b")
-    with pytest.raises(StoreError, match="already held by another actor's effect"):
-        await store.apply(Batch(effects=[EffectWrite(fb, other), EffectWrite(fb, clash)]))
-    assert await store.effects_of("a", "m1") == [effect("m1", 0, actor_id="a")]
-    assert await store.effects_of("b", "m1") == []
-    assert await store.effects_of("b", "m2") == []  # rolled back with the batch
-    # An intent and its receipt in one batch: both written, in order.
-    receipt = effect("m2", 0, actor_id="b", status="done", result=b"\x02")
-    await store.apply(Batch(effects=[EffectWrite(fb, other), EffectWrite(fb, receipt)]))
-    assert await store.effects_of("b", "m2") == [receipt]
+    """Refused by the server in the statement itself: a batch in pipeline mode reads no count
+    of rows before its commit."""
+    await refuses_another_actors_slot(stores[0])
