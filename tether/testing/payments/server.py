@@ -17,6 +17,11 @@ from tether.testing.payments.ledger import Faults, HttpError, Ledger, RefundRequ
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    # The listen backlog (socketserver's default is 5): a burst of calls from several
+    # runtimes on a loaded machine overflows a short one, and the kernel then resets
+    # connections it had half-accepted (SYN cookies), which a test world reads as a call
+    # whose outcome is unknown.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], ledger: Ledger) -> None:
         self.ledger = ledger
