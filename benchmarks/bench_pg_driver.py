@@ -37,7 +37,7 @@ import asyncpg
 import psycopg
 
 from tether.store.postgres import PostgresStore
-from tether.store.postgres.store import split_schema, with_schema
+from tether.store.postgres.dsn import split_schema, with_schema
 from tether.store.records import (
     ActorRecord,
     Batch,

@@ -78,10 +78,18 @@ def _count_log(_logger: Any, method: str, event_dict: dict[str, Any]) -> dict[st
     return event_dict
 
 
+class _CountRecords(logging.Handler):
+    """Counts the standard library's log records: asyncio's own ("Exception in callback",
+    "Task exception was never retrieved") and the libraries' never reach structlog."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        LOG_COUNTS[f"logging:{record.name}:{record.levelname}"] += 1
+
+
 def configure_logging() -> None:
-    """Count (and show) the runtime's warnings and errors, and Python's warnings (a coroutine
-    never awaited); drop its info lines. Only when run as a script: the tests import this
-    module and must keep their own structlog setup."""
+    """Count (and show) the runtime's warnings and errors, Python's warnings (a coroutine
+    never awaited) and the standard library's log records; drop tether's info lines. Only when
+    run as a script: the tests import this module and must keep their own logging setup."""
     show = warnings.showwarning
 
     def count_warning(message: Any, category: type[Warning], *args: Any, **kw: Any) -> None:
@@ -89,6 +97,7 @@ def configure_logging() -> None:
         show(message, category, *args, **kw)
 
     warnings.showwarning = count_warning
+    logging.getLogger().addHandler(_CountRecords(logging.WARNING))
     structlog.configure(
         processors=[_count_log, structlog.dev.ConsoleRenderer(colors=False)],
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
@@ -772,4 +781,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as the module ``load``, not as ``__main__``: the sessions are stored under their
+    # class's import path, which another process (``tether check``, ``tether show``) must be
+    # able to import, and tether warns of one in ``__main__`` (MainModuleWarning), a warning
+    # this run counts as a failure.
+    import load
+
+    sys.exit(load.main())

@@ -234,7 +234,7 @@ def dump(url: str) -> list[str]:
     import psycopg
     from psycopg import sql
 
-    from tether.store.postgres.store import split_schema
+    from tether.store.postgres.dsn import split_schema
 
     dsn, schema = split_schema(url, None)
     out: list[str] = []

@@ -95,6 +95,20 @@ class Worker(tether.Actor[int]):
         return None
 
 
+class ExitsWith(Worker):
+    """A Worker whose stop ends with ``reason`` (OTP's ``supervisor_4`` child, which exits with
+    the reason it was started with when told to shut down): a stop that is not clean (not
+    ``normal``, ``shutdown`` or ``shutdown: ...``) raises from ``on_stop``."""
+
+    def __init__(self, reason: str = "shutdown") -> None:
+        self.reason = reason
+
+    async def on_stop(self) -> None:
+        events.append(("stop", self.id))
+        if self.reason != "normal" and not self.reason.startswith("shutdown"):
+            raise RuntimeError(f"exited: {self.reason}")
+
+
 class BadStart(tether.Actor[int]):
     """Fails in on_start."""
 
@@ -290,6 +304,26 @@ class DynamicAll(tether.Supervisor):
 class StartFailsSup(tether.Supervisor):
     strategy = OneForOne(max_restarts=3, within=60)
     children = [ChildSpec(Worker, "s1"), ChildSpec(StartFails, "s2"), ChildSpec(Worker, "s3")]
+
+
+class Limited(Worker):
+    """A Worker whose constructor refuses a limit below 1, as an agent session refuses an
+    empty goal: the runtime refuses it when it is spawned, before anything is stored."""
+
+    def __init__(self, limit: int = 1) -> None:
+        if limit < 1:
+            raise tether.ConfigError(f"limit must be at least 1, not {limit}")
+        self.limit = limit
+
+
+class RefusedArgumentsSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, "s1"), ChildSpec(Limited, "s2", limit=0), ChildSpec(Worker, "s3")]
+
+
+class ReservedIdSup(tether.Supervisor):
+    strategy = OneForOne(max_restarts=3, within=60)
+    children = [ChildSpec(Worker, "s1"), ChildSpec(Worker, "s2/gate"), ChildSpec(Worker, "s3")]
 
 
 class BuggyDecider:

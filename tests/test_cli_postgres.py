@@ -15,8 +15,8 @@ import pytest
 from tests.cli_runs import cli, cli_json
 from tests.pg import PgServer
 from tests.test_cli import _build, assert_one_line_error
+from tether.store.postgres.dsn import split_schema
 from tether.store.postgres.schema import SCHEMA_VERSION
-from tether.store.postgres.store import split_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,3 +104,15 @@ def test_the_demo_runs_on_postgresql(pg_server: PgServer, tmp_path: Path) -> Non
         assert done.returncode == 0, done.stdout + done.stderr
         assert "every check holds" in done.stdout
         assert "schema=tether_demo" in done.stdout
+
+
+def test_migrate_says_on_a_terminal_that_it_runs_in_one_transaction(
+    pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, out, err = cli(capsys, "--db", pg_url, "migrate")
+    assert code == 0, err
+    assert err.startswith(
+        f"migrating {pg_url} in one transaction (interrupted, it changes nothing)"
+    )
+    assert "upgraded from schema version 0" in out

@@ -85,7 +85,7 @@ def _fresh_postgres(url: str) -> tuple[str, str]:
     (``?schema=``), which must hold no tables — the demo never empties a store of yours."""
     import psycopg
 
-    from tether.store.postgres.store import split_schema, with_schema
+    from tether.store.postgres.dsn import split_schema, with_schema
 
     dsn, schema = split_schema(url, None)
     try:

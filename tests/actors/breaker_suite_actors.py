@@ -111,6 +111,13 @@ class Lookup(tether.Message):
     default: str
 
 
+class LookupByPosition(tether.Message):
+    """``Lookup``, its arguments passed to the tool by position."""
+
+    key: str
+    default: str
+
+
 class Ping(tether.Message):
     pass
 
@@ -133,10 +140,12 @@ class Client(tether.Actor[Lines]):
     def apply(self, state: Lines, event: Told) -> Lines:
         return Lines(lines=[*state.lines, event.line])
 
-    async def handle(self, msg: Use | Lookup | Ping) -> str:
+    async def handle(self, msg: Use | Lookup | LookupByPosition | Ping) -> str:
         try:
             if isinstance(msg, Lookup):
                 line = str(await self.effect(lookup, key=msg.key, default=msg.default))
+            elif isinstance(msg, LookupByPosition):
+                line = str(await self.effect(lookup, msg.key, msg.default))
             elif isinstance(msg, Ping):
                 line = str(await self.effect(ping))
             else:

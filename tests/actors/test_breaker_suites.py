@@ -84,7 +84,7 @@ through a runtime on SQLite.
 | test_fail_max_setter | test_pybreaker_fail_max_setter (frozen policies: ``msgspec.structs.replace``, validated again) |
 | test_reset_timeout_setter | test_pybreaker_reset_timeout_setter |
 | test_call_with_no_args | test_pybreaker_call_with_no_args |
-| test_call_with_args | no equivalent: ``self.effect`` takes keyword arguments only |
+| test_call_with_args | test_pybreaker_call_with_args (bound to the tool's parameters by name before anything is recorded) |
 | test_call_with_kwargs | test_pybreaker_call_with_kwargs |
 | test_call_async_with_no_args, test_call_async_with_args, test_call_async_with_kwargs | the same as their synchronous cases (every tether tool is async); Tornado: no equivalent |
 | test_add_listener, test_add_listeners, test_remove_listener | no equivalent: no listeners (transitions are journal events, structlog events and the ``tether.breakers.transitions`` counter) |
@@ -127,7 +127,15 @@ import pytest
 
 import tether
 from tests.actors.breaker_helpers import T0, admitted, call, refused, status, trip
-from tests.actors.breaker_suite_actors import SERVICE, Client, Lookup, Ping, Use, ping
+from tests.actors.breaker_suite_actors import (
+    SERVICE,
+    Client,
+    Lookup,
+    LookupByPosition,
+    Ping,
+    Use,
+    ping,
+)
 from tether.actors.guards.actors import GetBreakerState, ResetBreaker, breaker_id
 from tether.actors.guards.breaker import (
     Admitted,
@@ -771,6 +779,16 @@ async def test_pybreaker_call_with_no_args(tmp_path: Path) -> None:
         SERVICE.mode["ping"] = "ok"
         assert await (await rt.spawn(Client, "c1")).ask(Ping(), timeout=5) == "pong"
     assert SERVICE.calls == [("ping", {})]
+
+
+@pytest.mark.anyio
+async def test_pybreaker_call_with_args(tmp_path: Path) -> None:
+    async with runtime(tmp_path, FakeClock(T0)) as rt:
+        SERVICE.mode["lookup"] = "ok"
+        client = await rt.spawn(Client, "c1")
+        told = await client.ask(LookupByPosition(key="a", default="1"), timeout=5)
+    assert told == "a=1"
+    assert SERVICE.calls == [("lookup", {"key": "a", "default": "1"})]
 
 
 @pytest.mark.anyio

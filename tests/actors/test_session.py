@@ -378,6 +378,26 @@ def test_a_bad_session_setting_is_refused_when_the_class_is_defined(
         type("Careless", (tether.AgentSession,), attrs)
 
 
+def test_a_tool_that_shares_a_name_with_another_or_with_the_model_is_refused_by_name() -> None:
+    @tether.tool(name="model")
+    async def model_like(order_id: str) -> str:
+        return order_id
+
+    @tether.tool(name="lookup")
+    async def lookup_again(order_id: str) -> str:
+        return order_id
+
+    @tether.tool(name="lookup")
+    async def lookup(order_id: str) -> str:
+        return order_id
+
+    attrs: dict[str, Any] = {"model": ScriptedModel([])}
+    with pytest.raises(tether.ConfigError, match=r"a tool named 'model'.*rename it"):
+        type("Shadowing", (tether.AgentSession,), {**attrs, "tools": (model_like,)})
+    with pytest.raises(tether.ConfigError, match=r"Twice\.tools has two tools named 'lookup'"):
+        type("Twice", (tether.AgentSession,), {**attrs, "tools": (lookup, lookup_again)})
+
+
 @pytest.mark.parametrize(
     ("cls", "init", "problem"),
     [

@@ -120,10 +120,20 @@ class RedisWorld:
         return f"redis:{self.stream}:{broker_id}"
 
     async def wait_claimable(self) -> None:
-        rows: Any = await self.client.xpending_range(self.stream, self.group, "-", "+", 10_000)
-        while any(r["time_since_delivered"] < CLAIM_IDLE * 1000 for r in rows):
-            await anyio.sleep(0.05)
-            rows = await self.client.xpending_range(self.stream, self.group, "-", "+", 10_000)
+        await self.wait_idle(CLAIM_IDLE)
+
+    async def wait_idle(self, seconds: float) -> None:
+        """Wait until Redis itself counts every pending entry idle for longer than ``seconds``,
+        so that an ``XAUTOCLAIM`` with that ``min_idle_time`` takes them all. Judged on
+        Redis's clock, in its whole milliseconds, not by a sleep on this process's clock."""
+        with anyio.fail_after(30):
+            while True:
+                rows: Any = await self.client.xpending_range(
+                    self.stream, self.group, "-", "+", 10_000
+                )
+                if all(r["time_since_delivered"] > seconds * 1000 for r in rows):
+                    return
+                await anyio.sleep(0.005)
 
     def child_config(self, *, consumer: str, batch_size: int) -> dict[str, Any]:
         return {

@@ -51,6 +51,22 @@ async def test_messages_are_stored_in_order_per_session_then_acknowledged(
 
 
 @pytest.mark.anyio
+async def test_drain_returns_only_once_the_consumer_holds_nothing_whatever_its_fetches_wait(
+    rt: tether.Runtime, nats_world: NatsWorld
+) -> None:
+    """A fetch that comes back empty says nothing on a loaded machine: the server's answer
+    may be on its way. ``drain`` ends when the server says the consumer holds no message,
+    delivered or not, so ``idle`` is only how long each fetch waits."""
+    await nats_world.publish([payload("s-0", i) for i in range(5)])
+
+    stats = await bridge(rt, nats_world, batch_size=2).drain(idle=0.0001)
+
+    assert (stats.received, stats.stored) == (5, 5)
+    assert await journal(rt, "s-0") == [0, 1, 2, 3, 4]
+    assert (await nats_world.unacked(), await nats_world.undelivered()) == (0, 0)
+
+
+@pytest.mark.anyio
 async def test_poison_is_published_to_the_dead_letter_subject_with_its_reason_then_acked(
     rt: tether.Runtime, nats_world: NatsWorld
 ) -> None:

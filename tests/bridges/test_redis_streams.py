@@ -23,13 +23,14 @@ def bridge(rt: tether.Runtime, world: RedisWorld, **kw: Any) -> RedisStreamsBrid
     return RedisStreamsBridge(rt, world.client, stream=world.stream, group=world.group, **options)
 
 
-async def take_as(world: RedisWorld, consumer: str) -> list[str]:
-    """Read every new entry as ``consumer`` and never acknowledge: a consumer that died."""
+async def take_as(world: RedisWorld, consumer: str, *, idle: float = 0.001) -> list[str]:
+    """Read every new entry as ``consumer`` and never acknowledge: a consumer that died.
+    Returns once Redis counts the entries idle for longer than ``idle`` seconds, so that a
+    bridge with that ``claim_idle`` claims them (Redis counts idle time in whole
+    milliseconds, on its own clock)."""
     await world.client.xgroup_create(world.stream, world.group, id="0", mkstream=True)
     reply: Any = await world.client.xreadgroup(world.group, consumer, {world.stream: ">"})
-    # Redis counts idle time in whole milliseconds: without this pause a bridge that claims in
-    # the same millisecond sees 0 ms idle, under the tests' 1 ms ``claim_idle``, and claims nothing.
-    await anyio.sleep(0.01)
+    await world.wait_idle(idle)
     return [entry_id.decode() for entry_id, _ in reply[0][1]]
 
 
@@ -109,7 +110,7 @@ async def test_entries_a_dead_consumer_left_pending_are_claimed_once_idle_for_cl
     assert patient.received == 0
     assert [c for _, c, _ in await redis_world.pending()] == ["dead"] * 3
 
-    await anyio.sleep(0.06)
+    await redis_world.wait_idle(0.05)
     claimed = await bridge(rt, redis_world, claim_idle=0.05).drain()
 
     assert (claimed.received, claimed.redelivered, claimed.stored) == (3, 3, 3)
@@ -179,10 +180,16 @@ async def test_a_stream_whose_ids_are_not_times_is_not_judged_by_them(
         await redis_world.client.xadd(redis_world.stream, {"payload": payload("s-0", 0)}, id="7-0")
         await take_as(redis_world, "dead")
 
-        await bridge(rt, redis_world, claim_idle=0.001, ids_carry_time=False).drain()
+        stats = await bridge(rt, redis_world, claim_idle=0.001, ids_carry_time=False).drain()
 
-        assert await journal(rt, "s-0") == [0]
+        # Claimed, told and stored: not left pending, not held as poison. (Checked in this
+        # order, so that a failure says which of them did not happen.)
+        counts = (stats.received, stats.redelivered, stats.stored, stats.dead_lettered)
+        pending = await redis_world.pending()
+        assert counts == (1, 1, 1, 0), pending
+        assert pending == []
         assert await redis_world.dead_letters() == []
+        assert await journal(rt, "s-0") == [0]
 
 
 @pytest.mark.anyio
@@ -220,6 +227,45 @@ async def test_run_consumes_entries_as_they_come_until_cancelled(
     assert await journal(rt, "s-1") == [2]
     assert await redis_world.pending() == []
     assert consumer.stats.redelivered == 1
+
+
+@pytest.mark.anyio
+async def test_run_outlasts_a_quiet_stream_on_a_client_with_a_socket_timeout(
+    rt: tether.Runtime, redis_world: RedisWorld
+) -> None:
+    """A blocking read never waits as long as the client's socket timeout (redis-py 8 gives
+    every client one of 5 s, the default ``block``): ``run`` on a quiet stream would end with
+    the client's TimeoutError after that long."""
+    client = redis.asyncio.Redis.from_url(REDIS_URL, socket_timeout=0.4)
+    consumer = RedisStreamsBridge(
+        rt, client, stream=redis_world.stream, group=redis_world.group, decode=decode
+    )
+    assert consumer.block < 0.4
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer.run)
+            await anyio.sleep(1.2)  # three socket timeouts without an entry
+            await redis_world.publish([payload("s-0", 0)])
+            with anyio.fail_after(30):
+                while consumer.stats.stored < 1:
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    finally:
+        await client.aclose()
+    assert await journal(rt, "s-0") == [0]
+
+
+def test_a_block_as_long_as_the_clients_socket_timeout_is_refused(tmp_path: Path) -> None:
+    client = redis.asyncio.Redis.from_url(REDIS_URL, socket_timeout=2.0)
+    with pytest.raises(tether.ConfigError, match=r"block \(2.0 s\) must be shorter than"):
+        RedisStreamsBridge(
+            tether.Runtime(tmp_path / "x.db"),
+            client,
+            stream="orders",
+            group="g",
+            decode=decode,
+            block=2.0,
+        )
 
 
 @pytest.mark.anyio

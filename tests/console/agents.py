@@ -74,3 +74,10 @@ class CarefulRefundAgent(RefundAgent):
     """Refunds that need two people."""
 
     approval_policy = tether.ApprovalPolicy(timeout=3600, approvers_needed=2)
+
+
+class HastyRefundAgent(RefundAgent):
+    """Refunds whose request expires after 3 s (then rejected): long enough for the runtime
+    that held it to close before, on a loaded machine too, so that it stays pending, expired."""
+
+    approval_policy = tether.ApprovalPolicy(timeout=3)

@@ -18,6 +18,7 @@ from tether.console import ConsoleConfig, create_app
 from tether.console.tokens import TokenFile
 
 BASE = "http://console.test"
+LOOPBACK = "http://127.0.0.1:8470"  # a console without authentication answers loopback names only
 
 
 @dataclass
@@ -40,10 +41,15 @@ def hold(db: Path | str, orders: dict[str, type[Any]]) -> Store:
             for order, cls in orders.items():
                 ref = await rt.spawn(cls, f"refund-{order}", goal=GOAL)
                 await ref.tell(tether.UserMessage(f"please refund order {order}"))
+            sessions = [f"refund-{order}" for order in orders]
+            held: dict[str, str] = {}
             with anyio.fail_after(20):
-                while len(pending := await rt.approvals.pending()) < len(orders):
+                while len(held) < len(sessions):
+                    for session in sessions:
+                        for request in await rt.store.find_approvals(actor_id=session):
+                            held[session] = request.request_id
                     await anyio.sleep(0.02)
-            return {p.session_id: p.request_id for p in pending}
+            return held
 
     return Store(db, anyio.run(run, backend="asyncio"))
 
@@ -97,7 +103,9 @@ def console(store: Store, tokens: Tokens) -> Iterator[Client]:
     test client; closed after the test."""
     started: list[TestClient] = []
 
-    def make(client: tuple[str, int] = ("127.0.0.1", 50000), **config: Any) -> TestClient:
+    def make(
+        client: tuple[str, int] = ("127.0.0.1", 50000), base_url: str = BASE, **config: Any
+    ) -> TestClient:
         settings: dict[str, Any] = {
             "db": str(store.db),
             "auth": "token",
@@ -105,7 +113,7 @@ def console(store: Store, tokens: Tokens) -> Iterator[Client]:
         }
         settings.update(config)
         app = create_app(ConsoleConfig(**settings))
-        test_client = TestClient(app, base_url=BASE, client=client, follow_redirects=False)
+        test_client = TestClient(app, base_url=base_url, client=client, follow_redirects=False)
         test_client.__enter__()
         started.append(test_client)
         return test_client

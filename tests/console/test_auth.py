@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from tests.console.conftest import BASE, Client, Store, audit
+from tests.console.conftest import BASE, LOOPBACK, Client, Store, audit
 from tether.cli import main
 from tether.console import ConsoleConfig
 from tether.console.tokens import TokenFile
@@ -42,6 +42,20 @@ def test_a_trusted_proxys_header_names_the_user(console: Client, store: Store) -
     assert r.status_code == 200
     [row] = audit(store.db)
     assert (row.identity, row.authenticated, row.remote) == ("carol", True, "192.0.2.44")
+
+
+def test_the_audited_address_is_the_one_the_proxy_saw_not_one_the_client_wrote(
+    console: Client, store: Store
+) -> None:
+    """A proxy appends the address it saw to ``X-Forwarded-For``; whatever stands before it
+    the client wrote itself. The audit log names the last address no trusted proxy added."""
+    c = proxied(console)
+    rid = store.requests["refund-42"]
+    forged = {"X-Forwarded-User": "carol", "X-Forwarded-For": "203.0.113.66, 192.0.2.44, 10.0.0.4"}
+    r = c.post(f"/api/approvals/{rid}/approve", headers=forged, json={})  # type: ignore[attr-defined]
+    assert r.status_code == 200
+    [row] = audit(store.db)
+    assert row.remote == "192.0.2.44"
 
 
 def test_the_proxy_header_from_any_other_address_is_ignored(console: Client, store: Store) -> None:
@@ -95,7 +109,7 @@ def test_without_authentication_everyone_is_local_a_name_nobody_checked(
 ) -> None:
     """On loopback without authentication, decisions are recorded as ``local``, not
     authenticated: two of them cannot meet a quorum of two."""
-    c = console(auth="none", tokens=None)
+    c = console(auth="none", tokens=None, base_url=LOOPBACK)
     page = c.get("/approvals")
     assert page.status_code == 200
     assert "No authentication" in page.text
@@ -109,6 +123,38 @@ def test_without_authentication_everyone_is_local_a_name_nobody_checked(
         ("local", False, "allowed"),
         ("local", False, "refused"),
     ]
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8470", "10.0.0.9:8470"])
+def test_without_authentication_a_request_for_another_host_name_is_refused(
+    console: Client, store: Store, host: str
+) -> None:
+    """A page elsewhere whose name is made to resolve to 127.0.0.1 (DNS rebinding) is, to the
+    browser, its own origin: it could read the CSRF token and approve. A console without
+    authentication answers only requests that name a loopback host."""
+    c = console(auth="none", tokens=None, base_url=LOOPBACK)
+    rid = store.requests["refund-42"]
+    elsewhere = {"Host": host}
+    assert c.get("/approvals", headers=elsewhere).status_code == 421
+    r = c.post(f"/api/approvals/{rid}/approve", headers=elsewhere, json={})
+    assert r.status_code == 421
+    assert "loopback" in r.text
+    assert audit(store.db) == []
+    for name in ("127.0.0.1:8470", "localhost:8470", "[::1]:8470", "localhost"):
+        assert c.get("/approvals", headers={"Host": name}).status_code == 200, name
+
+
+def test_a_missing_store_is_a_clear_error_before_the_console_listens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nothing-here.db"
+    code = main(["console", "--db", str(missing), "--bind", "127.0.0.1:0"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"no store at '{missing}'" in err
+    assert "Traceback" not in err
+    assert "serving" not in err  # it never said it was serving
+    assert not missing.exists()
 
 
 @pytest.mark.parametrize("bind", ["0.0.0.0:8470", "192.0.2.10:80", "[::]:8470", "example.com:80"])

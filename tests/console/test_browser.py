@@ -189,6 +189,9 @@ def test_people_decide_refunds_in_a_browser_and_the_agent_hears_each_decision(
         a.wait_for_selector("text=Modification recorded")
         assert "1 of 2" in a.inner_text("#live")
         assert json.loads(a.inner_text("#args")) == {"order_id": "44", "amount_cents": 5000}
+        assert "You approved this call" in a.inner_text("#counted")  # not offered it again
+        assert a.query_selector("#approve") is None
+        assert '"amount_cents": 5000' in a.inner_text("text=Decisions so far >> xpath=..")
         shots.take(a, "modified")
 
         # -- bob: approves the modified refund, rejects the other -----------------------------
@@ -231,6 +234,10 @@ def test_people_decide_refunds_in_a_browser_and_the_agent_hears_each_decision(
         assert agent.wait(WAIT) == 0
 
         # -- what everyone can look at afterwards ---------------------------------------------
+        a.goto(f"{base}/approvals/{other['request_id']}")
+        a.click("text=audit trail")
+        a.wait_for_url(f"{base}/audit?target={other['request_id']}")
+        assert "Order 43 was already refunded by phone" in a.inner_text("table")
         a.goto(f"{base}/audit")
         audit = a.inner_text("table")
         for row in ("modify", "approve", "reject"):

@@ -5,6 +5,7 @@ rendering what a reviewer needs, roles, revocation, and decisions made from form
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -21,6 +22,12 @@ def login(c: TestClient, token: str) -> str:
     r = c.post("/login", data={"token": token, "csrf": csrf_of(page.text)}, headers=ORIGIN)
     assert (r.status_code, r.headers["location"]) == (303, "/approvals")
     return csrf_of(c.get("/approvals").text)
+
+
+def submit(c: TestClient, path: str, token: str, **fields: str) -> Any:  # httpx's Response
+    """POST a form of the console as its own page does: this browser's CSRF token, from the
+    console's origin."""
+    return c.post(path, data={"csrf": token, **fields}, headers=ORIGIN)
 
 
 def csrf_of(html: str) -> str:
@@ -121,10 +128,13 @@ def test_approving_from_the_page_records_the_logged_in_person(
     c = console()
     token = login(c, tokens.alice)
     rid = store.requests["refund-42"]
-    r = c.post(
+    r = submit(
+        c,
         f"/approvals/{rid}/approve",
-        data={"csrf": token, "version": "0", "comment": "customer verified", "by": "mallory"},
-        headers=ORIGIN,
+        token,
+        version="0",
+        comment="customer verified",
+        by="mallory",
     )
     assert (r.status_code, r.headers["location"]) == (303, f"/approvals/{rid}?done=approved")
     page = c.get(r.headers["location"]).text
@@ -202,6 +212,9 @@ def test_a_modification_is_checked_before_it_is_confirmed(
     assert "amount_cents" in bad.text
     broken = c.post(f"/approvals/{rid}/check", data={"csrf": token, "args": "{"}, headers=ORIGIN)
     assert "not valid JSON" in broken.text
+    deep = "[" * 1000 + "]" * 1000  # deeper than json's parser goes: it was a bare 500
+    deeper = c.post(f"/approvals/{rid}/check", data={"csrf": token, "args": deep}, headers=ORIGIN)
+    assert "more than 256 levels deep" in deeper.text
     good = c.post(
         f"/approvals/{rid}/check",
         data={"csrf": token, "version": "0", "args": '{"order_id": "42", "amount_cents": 900}'},
@@ -225,6 +238,62 @@ def test_a_modification_is_checked_before_it_is_confirmed(
     page = c.get(f"/approvals/{rid}").text
     assert fingerprint.group(1) in page
     assert "Modified." in page
+
+
+def test_a_modifications_new_arguments_are_listed_with_its_decision(
+    console: Client, tokens: Tokens, store: Store
+) -> None:
+    c = console()
+    token = login(c, tokens.alice)
+    rid = store.requests["refund-44"]
+    r = submit(
+        c,
+        f"/approvals/{rid}/modify",
+        token,
+        version="0",
+        args='{"order_id": "44", "amount_cents": 4321}',
+        comment="half now, half when it is back",
+    )
+    assert r.status_code == 303
+    page = c.get(f"/approvals/{rid}").text
+    decisions = page[page.index("Decisions so far") :]
+    assert "modify" in decisions
+    assert "half now, half when it is back" in decisions
+    assert "4321" in decisions  # what the call became, beside who made it so
+
+
+def test_a_person_who_already_counts_is_not_offered_approve_again(
+    console: Client, tokens: Tokens, store: Store
+) -> None:
+    c = console()
+    token = login(c, tokens.alice)
+    rid = store.requests["refund-44"]  # two people must approve
+    assert submit(c, f"/approvals/{rid}/approve", token, version="0").status_code == 303
+    page = c.get(f"/approvals/{rid}").text
+    assert 'id="approve"' not in page
+    assert "You approved this call" in page
+    assert "1 more person" in page
+    assert 'id="reject"' in page  # she may still change her mind and reject it
+    bob = console()
+    login(bob, tokens.bob)
+    assert 'id="approve"' in bob.get(f"/approvals/{rid}").text
+
+
+def test_a_viewer_is_not_asked_to_decide(console: Client, tokens: Tokens, store: Store) -> None:
+    c = console()
+    login(c, tokens.victor)
+    page = c.get(f"/approvals/{store.requests['refund-42']}").text
+    assert "Approve <span" not in page  # the heading asks nothing of a viewer
+    assert "waits for approval" in page
+
+
+def test_the_browser_finds_the_consoles_icon(console: Client, tokens: Tokens) -> None:
+    c = console()
+    page = c.get("/login").text
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', page)
+    assert icon is not None
+    assert c.get(icon.group(1)).headers["content-type"].startswith("image/svg+xml")
+    assert c.get("/favicon.ico").status_code in (200, 301, 302, 307, 308)
 
 
 def test_a_viewer_sees_no_buttons_and_is_refused_403(
@@ -281,6 +350,26 @@ def test_the_other_pages_render_what_they_hold(
     assert "Nothing audited yet." in c.get("/audit").text
     assert c.get("/sessions/nobody").status_code == 404
     assert c.get("/approvals/apr-none").status_code == 404
+
+
+def test_a_requests_audit_trail_is_one_click_from_its_page(
+    console: Client, tokens: Tokens, store: Store
+) -> None:
+    c = console()
+    token = login(c, tokens.alice)
+    mine, other = store.requests["refund-42"], store.requests["refund-43"]
+    for rid in (mine, other):
+        assert submit(c, f"/approvals/{rid}/approve", token, version="0").status_code == 303
+    link = f'href="/audit?target={mine}"'
+    assert link in c.get(f"/approvals/{mine}").text
+    trail = c.get(f"/audit?target={mine}").text
+    assert mine in trail
+    assert other not in trail
+    assert "refund-42" in c.get("/audit?actor=refund-42").text
+    assert other not in c.get("/audit?actor=refund-42").text
+    everything = c.get("/audit").text
+    assert mine in everything
+    assert other in everything
 
 
 def test_the_shipped_htmx_is_the_documented_release_with_its_license() -> None:

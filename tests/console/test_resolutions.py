@@ -4,6 +4,7 @@ every attempt audited."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +79,26 @@ def test_a_quarantined_effect_is_resolved_from_its_page(
     )
     assert allowed.actor_id == "a1"
     assert refused.outcome == "refused"
+
+
+def test_a_result_that_is_not_json_is_refused_on_the_quarantine_page(
+    held: Path, tokens: Tokens
+) -> None:
+    [effect] = anyio.run(_quarantined, held, backend="asyncio")
+    with client(held, tokens) as c:
+        token = login(c, tokens.alice)
+        r = c.post(
+            f"/quarantine/{effect.key}",
+            data={"csrf": token, "how": "done", "result": "sent it by hand"},
+            headers=ORIGIN,
+        )
+        assert r.status_code == 422
+        said = re.search(r'<div class="error" id="error">([^<]*)</div>', r.text)
+        assert said is not None
+        assert said.group(1).startswith("the result is not valid JSON")
+        assert effect.key in r.text  # the quarantine page again, its forms and the effect
+        assert "Mark done" in r.text
+    assert [e.key for e in anyio.run(_quarantined, held, backend="asyncio")] == [effect.key]
 
 
 def test_a_dead_letter_is_retried_or_discarded_from_its_page(held: Path, tokens: Tokens) -> None:

@@ -4,12 +4,14 @@ escaped in the SVG."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from tests.console.conftest import LOOPBACK
 from tether.console import ConsoleConfig, create_app, timeline
 from tether.store.records import ApprovalDecision, ApprovalRecord, DeadLetter, EffectRecord
 
@@ -119,10 +121,41 @@ def test_the_tree_shows_an_open_breaker_with_its_time_left(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stdout + done.stderr
     app = create_app(ConsoleConfig(db=str(db), auth="none"))
-    with TestClient(app, client=("127.0.0.1", 5000)) as c:
+    with TestClient(app, base_url=LOOPBACK, client=("127.0.0.1", 5000)) as c:
         tree = c.get("/tree").text
         assert "breaker:check_fraud_score" in tree
         assert "breaker open" in tree
         assert " left; trips=1" in tree
         dave = c.get("/sessions/dave").text
         assert "refund x2" in dave
+
+
+def _marks(drawn: str) -> list[float]:
+    """The x of every point mark (a restart, a dead letter) in a drawn timeline."""
+    return [float(x) for x in re.findall(r'<path d="M([0-9.]+) ', drawn)]
+
+
+def test_marks_at_the_ends_of_the_time_axis_are_drawn_whole() -> None:
+    """A session whose only record is one dead letter: its mark sits at the start of the
+    axis, and is drawn whole inside the plot, not cut by its edge."""
+    dead = DeadLetter("m9", "s", "Ping", b"", 3, ["boom"], "failed 3 times", 160.0)
+    restarts = [(160.0, "crashed: boom"), (170.0, "crashed again")]
+    drawn = timeline.svg(timeline.build([], [], [], restarts, [dead], now=170.0))
+    marks = _marks(drawn)
+    assert len(marks) == 3
+    half = timeline.MARK_HALF_WIDTH
+    plot = (timeline.LEFT, timeline.WIDTH - timeline.RIGHT)
+    assert all(plot[0] <= x - half and x + half <= plot[1] for x in marks), (marks, plot)
+
+
+def test_a_short_item_is_drawn_over_a_long_one_in_its_lane() -> None:
+    """A quick call made while a quarantined one waits is drawn after (over) the long bar,
+    so both show."""
+    ledger = [
+        effect(0, "refund", 100.0, 100.5),
+        effect(1, "send_email", 100.1, 100.2, status="quarantined"),  # still unknown at 400
+    ]
+    drawn = timeline.svg(timeline.build([], ledger, [], [], [], now=400.0))
+    long_bar = drawn.index("send_email — ")
+    short_bar = drawn.index("refund — ")
+    assert long_bar < short_bar

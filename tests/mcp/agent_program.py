@@ -9,7 +9,8 @@ Run as ``python -m tests.mcp.agent_program TOOL DB SERVER KILL`` from the reposi
 * ``DB``: the tether store; ``SERVER``: the server's own SQLite file (the runtime starts the
   server over stdio) or the URL of a server the test runs (streamable HTTP);
 * ``KILL``: ``before-receipt`` (the store SIGKILLs its own process right before the batch
-  holding the call's receipt is applied: the server did the work, tether did not record it)
+  holding the call's receipt is applied: the server did the work, tether did not record it),
+  ``after-receipt`` (right after that batch: the receipt is durable, the task is not done)
   or ``none`` (a run that goes on to the end: the task finishes, or its effect is held).
 
 Progress goes to stdout as ``key=value`` lines, tether's logs to stderr as JSON lines.
@@ -37,19 +38,28 @@ ARGS: dict[str, dict[str, Any]] = {
     "delete_order": {"order_id": "42"},
 }
 TIMEOUT = 60.0
+KILL_POINTS = ("before-receipt", "after-receipt")
 
 
 class KillingStore(tether.SqliteStore):
-    """SIGKILLs its own process right before the receipt of ``tool``'s call is committed."""
+    """SIGKILLs its own process right before (``before-receipt``) or right after
+    (``after-receipt``) the batch holding the receipt of ``tool``'s call is committed."""
 
-    def __init__(self, path: str, *, tool: str) -> None:
+    def __init__(self, path: str, *, tool: str, point: str) -> None:
         super().__init__(path)
         self.tool = tool
+        self.point = point
 
     async def apply(self, batch: Batch) -> BatchResult:
-        if any(w.record.tool == self.tool and w.record.status == "done" for w in batch.effects):
-            die("before-receipt")
-        return await super().apply(batch)
+        receipt = any(
+            w.record.tool == self.tool and w.record.status == "done" for w in batch.effects
+        )
+        if receipt and self.point == "before-receipt":
+            die(self.point)
+        result = await super().apply(batch)
+        if receipt and self.point == "after-receipt":
+            die(self.point)
+        return result
 
 
 async def approve_all(rt: tether.Runtime) -> None:
@@ -69,7 +79,7 @@ async def held(rt: tether.Runtime) -> None:
 
 
 async def program(tool: str, db: str, where: str, kill: str) -> None:
-    if tool not in ARGS or kill not in ("before-receipt", "none"):
+    if tool not in ARGS or kill not in (*KILL_POINTS, "none"):
         raise SystemExit(f"bad tool {tool!r} or kill point {kill!r}")
     server: tether.mcp.McpServer = (
         tether.mcp.HttpServer(where, wait_connected=world.DEADLINE)
@@ -78,7 +88,7 @@ async def program(tool: str, db: str, where: str, kill: str) -> None:
     )
     tools = await tether.mcp.load_tools(server)
     cls = agents.session_class("CrashAgent", tools)
-    store = KillingStore(db, tool=tool) if kill != "none" else tether.SqliteStore(db)
+    store = KillingStore(db, tool=tool, point=kill) if kill != "none" else tether.SqliteStore(db)
     async with tether.Runtime(db, store=store, lease_ttl=LEASE_TTL, poll_interval=POLL) as rt:
         session = await rt.spawn(cls, "s1", goal="look after orders")
         report("ready")

@@ -27,9 +27,11 @@ def children(tmp_path: Path) -> Iterator[Children]:
         yield started
 
 
-def killed_before_the_receipt(children: Children, tool: str, db: Path, where: object) -> None:
-    """The first run: the server does the call's work, then the agent dies."""
-    first = children.start("first", tool, db, where, "before-receipt")
+def killed(
+    children: Children, tool: str, db: Path, where: object, point: str = "before-receipt"
+) -> None:
+    """The first run: the server does the call's work, then the agent dies at ``point``."""
+    first = children.start("first", tool, db, where, point)
     first.wait_report("dying", RUN_TIMEOUT)
     first.wait(RUN_TIMEOUT)
     assert first.proc.returncode == -9, first.describe()
@@ -42,15 +44,17 @@ def run_again(children: Children, tool: str, db: Path, where: object) -> Child:
     return second
 
 
-def crash_and_rerun(children: Children, tool: str, tmp_path: Path, transport: str) -> Child:
-    """Kill the agent before the receipt, run it again; the server over ``transport``."""
+def crash_and_rerun(
+    children: Children, tool: str, tmp_path: Path, transport: str, point: str = "before-receipt"
+) -> Child:
+    """Kill the agent at ``point``, run it again; the server over ``transport``."""
     db, server_db = tmp_path / "agents.db", tmp_path / "server.db"
     if transport == "stdio":  # the runtime starts the server, each run its own
-        killed_before_the_receipt(children, tool, db, server_db)
+        killed(children, tool, db, server_db, point)
         assert [c["tool"] for c in world.calls(server_db)] == [tool]  # the work was done
         return run_again(children, tool, db, server_db)
     with world.http_server(server_db, tmp_path / "http.log") as server:  # one server for both
-        killed_before_the_receipt(children, tool, db, server.url)
+        killed(children, tool, db, server.url, point)
         assert [c["tool"] for c in world.calls(server_db)] == [tool]
         return run_again(children, tool, db, server.url)
 
@@ -78,11 +82,12 @@ def test_a_retry_tool_is_called_again_with_the_same_key_after_a_crash(
         assert "charged 1500 cents on order 42" in result
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_a_destructive_tool_is_quarantined_after_a_crash_and_never_runs_twice(
-    tmp_path: Path, children: Children
+    transport: str, tmp_path: Path, children: Children
 ) -> None:
     server_db = tmp_path / "server.db"
-    second = crash_and_rerun(children, "delete_order", tmp_path, "stdio")
+    second = crash_and_rerun(children, "delete_order", tmp_path, transport)
     tool, key, reason = second.reported("quarantined")
     assert tool == "delete_order"
     assert "did not report back" in reason
@@ -91,3 +96,20 @@ def test_a_destructive_tool_is_quarantined_after_a_crash_and_never_runs_twice(
     assert [c["tool"] for c in served] == ["delete_order"]  # ran once, never again
     assert served[0]["meta_key"] == key
     assert json.loads(second.value("quarantined") or "[]")[0] == "delete_order"
+
+
+@pytest.mark.parametrize("tool", ["lookup_order", "charge", "delete_order"])
+def test_a_call_whose_receipt_was_committed_is_replayed_from_it_after_a_crash(
+    tool: str, tmp_path: Path, children: Children
+) -> None:
+    server_db = tmp_path / "server.db"
+    second = crash_and_rerun(children, tool, tmp_path, "stdio", "after-receipt")
+    assert second.value("outcome") == "finished", second.describe()
+    [[called, result, error, key]] = second.reported("calls")
+    assert (called, error) == (tool, None)
+    # the new process listed the server's tools again and replayed the receipt: one call
+    [served] = world.calls(server_db)
+    assert (served["tool"], served["meta_key"]) == (tool, key)
+    assert "42" in result
+    # started by the two listings and the first runtime: the second never needed the server
+    assert len(world.starts(server_db)) == 3

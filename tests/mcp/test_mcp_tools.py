@@ -5,7 +5,6 @@ SQLite file), how errors and a dying server are told to the session."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,7 +38,19 @@ async def run_task(
 def test_the_tools_keep_the_servers_names_descriptions_schemas_and_hints(tmp_path: Path) -> None:
     db = tmp_path / "server.db"
     found = {t.name: t for t in tether.mcp.tools(world.stdio_server(db))}
-    assert set(found) == {"lookup_order", "charge", "delete_order", "fail_order", "flaky_lookup"}
+    assert set(found) == {
+        "lookup_order",
+        "charge",
+        "delete_order",
+        "fail_order",
+        "flaky_lookup",
+        "slow_lookup",
+        "hold_order",
+        "order_history",
+        "order_label",
+        "order_checksum",
+        "ship",
+    }
     lookup, charge, delete = found["lookup_order"], found["charge"], found["delete_order"]
     assert lookup.description == "Look up an order's status."
     assert lookup.spec()["input_schema"]["properties"] == {
@@ -146,10 +157,7 @@ async def test_a_call_to_an_http_server_that_went_away_is_not_carried_out(tmp_pa
             held = await rt.quarantine.list()
     assert first.calls[0].error is None
     assert [c.tool for c in second.calls] == ["fail_order", "fail_order"]
-    for call in second.calls:
-        assert call.error is not None
-        assert "McpNotConnected" in call.error
-        assert "the request was not sent" in call.error
+    world.assert_not_sent(second.calls)
     assert held == []
     assert [c["tool"] for c in world.calls(db)] == ["lookup_order"]
 
@@ -219,13 +227,7 @@ async def test_a_server_that_cannot_start_fails_the_call_as_not_sent_and_never_h
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "server.db"
-    server = tether.mcp.StdioServer(
-        sys.executable,
-        ["-m", "tests.mcp.server", "stdio", str(db)],
-        cwd=world.ROOT,
-        connect_timeout=world.DEADLINE,
-        wait_connected=1.0,  # how long a call waits for the server that never comes
-    )
+    server = world.stdio_server(db, wait_connected=1.0)  # a call's wait for a server down
     tools = await tether.mcp.load_tools(
         server,
         # no breaker: each call is made (and fails as not sent), not refused by a breaker
@@ -235,10 +237,7 @@ async def test_a_server_that_cannot_start_fails_the_call_as_not_sent_and_never_h
     task = plan(("charge", {"order_id": "1", "amount_cents": 100}))
     result = await run_task(tmp_path, "Down", tools, task)
     assert [c.tool for c in result.calls] == ["charge", "charge"]  # told, and tried again
-    for call in result.calls:
-        assert call.error is not None
-        assert "McpNotConnected" in call.error
-        assert "the request was not sent" in call.error
+    world.assert_not_sent(result.calls)
     assert world.calls(db) == []
 
 

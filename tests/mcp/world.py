@@ -7,30 +7,43 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+import tether
 import tether.mcp
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 30.0
 
 
-def stdio_server(db: Path, name: str | None = None) -> tether.mcp.StdioServer:
+def stdio_server(
+    db: Path, name: str | None = None, wait_connected: float = DEADLINE
+) -> tether.mcp.StdioServer:
     """The test server over stdio, started by the runtime (named, by default, after its
-    command line, which holds ``db``: one name per test)."""
+    command line, which holds ``db``: one name per test). ``wait_connected``: how long a call
+    waits for a server that is down (by default generous, as the start is: on a loaded
+    machine a Python process importing the SDK may take seconds, and a call must not give
+    up on a server that is only slow to start)."""
     return tether.mcp.StdioServer(
         sys.executable,
         ["-m", "tests.mcp.server", "stdio", str(db)],
         cwd=ROOT,
         name=name,
-        # generous on a loaded machine: a start (a Python process importing the SDK) may take
-        # seconds, and a call must not give up on a server that is only slow to start
         connect_timeout=DEADLINE,
-        wait_connected=DEADLINE,
+        wait_connected=wait_connected,
     )
+
+
+def assert_not_sent(calls: Sequence[tether.TaskCall]) -> None:
+    """Each of ``calls`` failed as not carried out: its request never reached the server."""
+    assert calls
+    for call in calls:
+        assert call.error is not None
+        assert "McpNotConnected" in call.error
+        assert "the request was not sent" in call.error
 
 
 def calls(db: Path, tool: str | None = None) -> list[dict[str, Any]]:
@@ -47,6 +60,12 @@ def calls(db: Path, tool: str | None = None) -> list[dict[str, Any]]:
     return [c for c in found if tool is None or c["tool"] == tool]
 
 
+def starts(db: Path) -> list[int]:
+    """The pids of the server's starts (stdio: the runtime's), oldest first."""
+    starts = Path(f"{db}.starts")
+    return [int(line) for line in starts.read_text().split()] if starts.exists() else []
+
+
 def charges(db: Path) -> list[str]:
     """The charges the server did (one per key)."""
     with closing(sqlite3.connect(db, timeout=30)) as conn, conn:
@@ -61,38 +80,58 @@ def free_port() -> int:
 
 
 class HttpProcess:
-    """The test server over streamable HTTP, in its own process."""
+    """The test server over streamable HTTP, in its own process, on a port of its own.
+    ``transport`` is ``"http"`` (the 2026 protocol, without sessions) or ``"http-legacy"``
+    (a server of the handshake era, with sessions: what most servers speak today)."""
 
-    def __init__(self, url: str, proc: subprocess.Popen[bytes]) -> None:
-        self.url = url
-        self.proc = proc
+    def __init__(self, db: Path, log: Path, transport: str = "http") -> None:
+        self.db, self.log, self.transport = db, log, transport
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc: subprocess.Popen[bytes] | None = None
 
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=DEADLINE)
-
-
-@contextmanager
-def http_server(db: Path, log: Path) -> Iterator[HttpProcess]:
-    """The test server over streamable HTTP on a free port of 127.0.0.1."""
-    port = free_port()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.mcp.server", "http", str(db), str(port)],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    def start(self) -> None:
+        """Start the server, and wait until it listens."""
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.mcp.server",
+                    self.transport,
+                    str(self.db),
+                    str(self.port),
+                ],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + DEADLINE
         while True:
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the MCP test server did not start:\n{log.read_text()}")
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the MCP test server did not start:\n{self.log.read_text()}")
             time.sleep(0.05)
-        yield HttpProcess(f"http://127.0.0.1:{port}/mcp", proc)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=DEADLINE)
+
+    def restart(self) -> None:
+        """Kill the server and start another on the same port (a restart, a deploy)."""
+        self.kill()
+        self.start()
+
+
+@contextmanager
+def http_server(db: Path, log: Path, transport: str = "http") -> Iterator[HttpProcess]:
+    """The test server over streamable HTTP on a free port of 127.0.0.1."""
+    server = HttpProcess(db, log, transport)
+    try:
+        server.start()
+        yield server
     finally:
-        proc.kill()
-        proc.wait(timeout=DEADLINE)
+        server.kill()

@@ -9,6 +9,7 @@ tool's own file is the world's view of what ran.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import anyio
@@ -178,11 +179,24 @@ async def test_parallel_tool_calls_all_run_in_order_and_each_is_answered_under_i
     ]
 
 
-async def test_arguments_that_are_not_valid_json_go_back_to_the_model_as_the_calls_result(
-    provider: Provider, tmp_path: Path, tool_log: str
+DEEP = '{"order_id": ' + "[" * 300 + "]" * 300 + "}"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "told"),
+    [
+        ('{"order_id": 42', 'the arguments are not valid JSON: .*\\{"order_id": 42$'),
+        # Valid JSON nested deeper than any value tether stores: recorded as they came, the
+        # model's decision could not be, and the task ended on it ("the model failed").
+        (DEEP, "the arguments cannot be stored: it nests lists, dicts or structs more than 256"),
+    ],
+    ids=["not-json", "too-deep"],
+)
+async def test_arguments_that_cannot_be_used_go_back_to_the_model_as_the_calls_result(
+    provider: Provider, tmp_path: Path, tool_log: str, arguments: str, told: str
 ) -> None:
     with serve(
-        provider.calls(None, ("call_bad", "lookup_order", '{"order_id": 42')),
+        provider.calls(None, ("call_bad", "lookup_order", arguments)),
         provider.answer("Sorry, which order?"),
     ) as server:
         async with session_on(provider, server, tmp_path) as (_, s):
@@ -194,8 +208,7 @@ async def test_arguments_that_are_not_valid_json_go_back_to_the_model_as_the_cal
     [(call_id, result, is_error)] = provider.results(second)
     assert call_id == "call_bad"
     assert is_error
-    assert result.startswith("Invalid call: the arguments are not valid JSON: ")
-    assert '{"order_id": 42' in result  # the model sees what it sent
+    assert re.match(f"Invalid call: {told}", result), result  # the model sees what it sent
     assert tool_runs(tool_log) == []  # nothing ran
 
 

@@ -19,6 +19,7 @@ from tests.models.agents import OpenAIAgent
 from tests.models.providers import OPENAI, session_on
 from tests.models.servers import ProviderServer, Reply
 from tether.actors.context import assemble
+from tether.actors.messages import TOO_DEEP
 from tether.models.openai import OpenAIChatModel, decision, tools
 
 pytestmark = pytest.mark.anyio
@@ -130,6 +131,10 @@ def test_cached_prompt_tokens_are_counted_as_cache_reads() -> None:
     assert (answer.usage.input_tokens, answer.usage.cache_read_input_tokens) == (2006, 1920)
 
 
+def _deep(levels: int) -> str:
+    return '{"order_id": ' + "[" * levels + "]" * levels + "}"
+
+
 @pytest.mark.parametrize(
     ("arguments", "args", "problem"),
     [
@@ -139,7 +144,12 @@ def test_cached_prompt_tokens_are_counted_as_cache_reads() -> None:
         ("[1, 2]", {}, "the arguments are not a JSON object: [1, 2]"),
         ('"7"', {}, 'the arguments are not a JSON object: "7"'),
         ('{"n": 123456789012345678901234567890}', {}, "the arguments cannot be stored"),
+        # Nested beyond what tether stores: 300 levels parse, 1000 are deeper than Python's
+        # json parser goes (a bare RecursionError out of the model call, ending the task).
+        (_deep(300), {}, f"the arguments cannot be stored: {TOO_DEEP}"),
+        (_deep(1000), {}, f"the arguments cannot be stored: {TOO_DEEP}"),
     ],
+    ids=["object", "empty", "not-json", "array", "string", "huge-int", "deep", "deeper"],
 )
 def test_arguments_are_parsed_or_their_problem_is_kept_for_the_model(
     arguments: str, args: dict[str, Any], problem: str

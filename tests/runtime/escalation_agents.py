@@ -66,6 +66,7 @@ PLANS: dict[str, list[tether.ToolCall]] = {
     "window": [_call("a"), _call("b"), _call("a"), _call("c"), _call("a")],
     "no_progress": [_call("a")] * 3 + [_call("hello")],
     "escalation_reason": [_call("hello", to="board")],
+    "changed_reason": [_call("hello", to="board")],
 }
 
 # path -> why its last call is held (the start of the request's reason)
@@ -77,6 +78,7 @@ REASONS: dict[str, str] = {
     "window": "loop detected: send was called 3 times with the same arguments",
     "no_progress": "loop detected: send returned the same result 3 times in a row",
     "escalation_reason": "a message to the board needs a person",
+    "changed_reason": "the board's messages need a person (a rule about to change)",
 }
 
 
@@ -142,6 +144,24 @@ class PolicyAgent(Escalating):
         return "a message to the board needs a person" if args.get("to") == "board" else None
 
 
+# The tests (by their outbox) whose rule about the board has changed since a call was held.
+_RULE_CHANGED: set[str] = set()
+
+
+class ChangedPolicyAgent(Escalating):
+    """``escalation_reason`` answers otherwise once it has held a call: a rule a person changed
+    while the call waited. The decision on the held call stands all the same (I9): a rejected
+    call must not run because its reason is gone by the time its step is delivered again."""
+
+    model = _planned(PLANS["changed_reason"])
+
+    def escalation_reason(self, tool: str, args: dict[str, Any]) -> str | None:
+        if args.get("to") != "board" or OUTBOX.path in _RULE_CHANGED:
+            return None
+        _RULE_CHANGED.add(OUTBOX.path)
+        return REASONS["changed_reason"]
+
+
 AGENTS: dict[str, type[Escalating]] = {
     "requires_approval": RequiresApprovalAgent,
     "failures": FailuresAgent,
@@ -150,4 +170,5 @@ AGENTS: dict[str, type[Escalating]] = {
     "window": WindowAgent,
     "no_progress": NoProgressAgent,
     "escalation_reason": PolicyAgent,
+    "changed_reason": ChangedPolicyAgent,
 }

@@ -1,7 +1,8 @@
 """A person's decision on an escalated call holds, whatever escalated it (I9): every escalation
 path — ``requires_approval``, repeated failures, the loop detector's repeat, cycle, window and
-no-progress patterns, ``escalation_reason()`` — with every outcome — approve, reject, modify,
-and a deadline that passes with ``on_timeout`` either way.
+no-progress patterns, ``escalation_reason()`` (also one that answers otherwise once it has held
+the call) — with every outcome — approve, reject, modify, and a deadline that passes with
+``on_timeout`` either way.
 
 The held step is delivered again once the request is settled. What escalated the call may not
 be found again then (the loop detector takes the replayed call for no new one, a no-progress

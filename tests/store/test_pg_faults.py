@@ -4,8 +4,10 @@ doubled write; the store reconnects and goes on."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -14,9 +16,11 @@ import pytest
 
 import tether
 from tests import sample_actors as s
-from tests.pg import Cluster, unavailable, with_database
+from tests.pg import Cluster, PgServer, unavailable, with_database
+from tests.store.pg_proxy import SilentCut
 from tether.store.postgres import PostgresStore
-from tether.store.postgres.store import split_schema
+from tether.store.postgres.dsn import split_schema
+from tether.store.postgres.writer import Job
 from tether.store.records import Batch, BatchResult, Claim, JournalRow
 from tether.testing.conformance.support import msg, owned, send, step
 
@@ -70,18 +74,18 @@ def _cut_after(store: PostgresStore, *, when: str) -> list[int]:
         cuts.append(conn.info.backend_pid)
         conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-    def flaky(conn: Any, fn: Callable[..., Any], batch_id: Any, result_type: Any) -> Any:
+    def flaky(conn: Any, job: Job[Any]) -> Any:
         if cuts:
-            return attempt(conn, fn, batch_id, result_type)
+            return attempt(conn, job)
         if when == "before":
 
             def then_cut(cur: Any) -> Any:
-                result = fn(cur)
+                result = job.fn(cur)
                 cut(cur.connection)
                 return result
 
-            return attempt(conn, then_cut, batch_id, result_type)
-        result = attempt(conn, fn, batch_id, result_type)
+            return attempt(conn, dataclasses.replace(job, fn=then_cut))
+        result = attempt(conn, job)
         cut(conn)
         return result
 
@@ -127,9 +131,12 @@ async def test_the_store_sets_its_timeouts_and_keepalives(pg_url: str) -> None:
     try:
         found = await store._read(
             "SELECT current_setting('statement_timeout'), "
-            "current_setting('idle_in_transaction_session_timeout')"
+            "current_setting('idle_in_transaction_session_timeout'), "
+            "current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'), "
+            "current_setting('tcp_keepalives_count')"
         )
-        assert found == [("12s", "34s")]
+        # the server's end too: a backend whose host vanished frees its slot in about a minute
+        assert found == [("12s", "34s", "30", "10", "3")]
         conninfo = store.settings.conninfo()
         for param in ("keepalives=1", "keepalives_idle=30", "connect_timeout=10"):
             assert param in conninfo
@@ -190,3 +197,46 @@ async def test_a_write_while_the_server_stays_down_fails_clearly_and_changes_not
         assert [m.msg_id for m in await store.list_messages("a", 10)] == ["m0", "m2"]
     finally:
         await store.close()
+
+
+async def test_a_batch_cut_off_silently_before_its_commit_is_applied_once_with_the_defaults(
+    pg_server: PgServer, pg_schema: str
+) -> None:
+    """The network goes down in the middle of a write transaction without the server hearing
+    of it (``SilentCut``): its backend holds the transaction open, with its batch id. The
+    writer reconnects and runs the batch again under that id, which waits for the old
+    transaction; the server ends that one at ``idle_in_transaction_session_timeout``, which by
+    default comes before the retry gives up and before the waiting statement's own timeout,
+    so the batch is applied once and the caller gets its result."""
+    target = urllib.parse.urlsplit(pg_server.dsn)
+    relay = SilentCut((target.hostname or "127.0.0.1", target.port or 5432))
+    store = PostgresStore(relay.url(pg_server.schema_url(pg_schema)))
+    await store.open()
+    try:
+        fence = await owned(store, "a")
+        await send(store, msg("m1"))
+        attempt = store._writer._attempt
+
+        def cut_before_commit(conn: Any, job: Job[Any]) -> Any:
+            if relay.cuts:
+                return attempt(conn, job)
+
+            def then_cut(cur: Any) -> Any:
+                result = job.fn(cur)
+                relay.cut()
+                return result
+
+            return attempt(conn, dataclasses.replace(job, fn=then_cut))
+
+        store._writer._attempt = cut_before_commit  # type: ignore[method-assign]
+        result = await store.apply(
+            Batch(steps=[step("a", fence, "m1", events=[JournalRow(1, b"e")], reply=b"ok")])
+        )
+        assert relay.cuts == 1
+        assert result.stale == set()
+        assert [r.seq for r in await store.load_journal("a", 0, 10)] == [1]
+        [reply] = await store.get_replies(["m1"])
+        assert reply.payload == b"ok"
+    finally:
+        await store.close()
+        relay.close()

@@ -14,7 +14,7 @@ import pytest
 
 import tether
 from tether.store.postgres import PostgresStore, schema
-from tether.store.postgres.store import split_schema
+from tether.store.postgres.dsn import split_schema
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,8 @@ import msgspec
 import pytest
 
 from tests.sqlite_files import dump
-from tether.errors import SchemaVersionError, StoreError, StoreOpenError
+from tests.store.effect_slots import refuses_another_actors_slot
+from tether.errors import SchemaVersionError, StoreOpenError
 from tether.store.records import (
     AttemptFailed,
     Batch,
@@ -344,15 +345,7 @@ async def test_an_effect_row_never_overwrites_another_actors_row_under_the_same_
     store = SqliteStore(tmp_path / "t.db")
     await store.open()
     try:
-        fa, fb = await owned(store, "a"), await owned(store, "b")
-        await store.apply(Batch(effects=[EffectWrite(fa, effect("m1", 0, actor_id="a"))]))
-        clash = effect("m1", 0, actor_id="b", status="done", result=b"\x01")
-        other = effect("m2", 0, actor_id="b")
-        with pytest.raises(StoreError, match="another actor"):
-            await store.apply(Batch(effects=[EffectWrite(fb, other), EffectWrite(fb, clash)]))
-        assert await store.effects_of("a", "m1") == [effect("m1", 0, actor_id="a")]
-        assert await store.effects_of("b", "m1") == []
-        assert await store.effects_of("b", "m2") == []  # rolled back with the batch
+        await refuses_another_actors_slot(store)
     finally:
         await store.close()
 

@@ -49,8 +49,9 @@ sup_stop_timeout_dynamic                             test_sup_stop_timeout_dynam
 sup_stop_brutal_kill                                 test_sup_stop_brutal_kill
 sup_stop_brutal_kill_dynamic                         test_sup_stop_brutal_kill_dynamic
 sup_stop_race                                        test_sup_stop_race
-sup_stop_non_shutdown_exit_dynamic                   no equivalent: a stop has a reason string, not
-                                                     an exit signal to check
+sup_stop_non_shutdown_exit_dynamic                   test_sup_stop_non_shutdown_exit_dynamic (a
+                                                     child that exits with another reason when told
+                                                     to shut down: its on_stop raises)
 child_adm                                            test_child_adm
 child_adm_simple                                     test_child_adm_simple
 extra_return                                         no equivalent: a start returns no extra info
@@ -380,6 +381,28 @@ async def test_sup_stop_race() -> None:
         assert not [e for e in since(mark) if e[0] == "start"]
         assert set((await statuses(rt, "sup_test")).values()) == {"stopped"}
         assert not set(ids) & set(rt.cells)
+
+
+async def test_sup_stop_non_shutdown_exit_dynamic() -> None:
+    """A simple_one_for_one supervisor shuts down correctly when some of its children, told to
+    shut down, exit with another reason (normal, shutdown, {shutdown, test}, other), whatever
+    their restart type: each is stopped once, none is restarted."""
+    reasons = ("normal", "shutdown", "shutdown: test", "other")
+    for restart in ("temporary", "transient", "permanent"):
+        async with runtime() as rt:
+            await rt.spawn(o.SimpleOneForOne2, "sup_test")
+            ids = [f"{restart}-{n}" for n in range(len(reasons))]
+            for cid, reason in zip(ids, reasons, strict=True):
+                await rt.add_child(
+                    "sup_test", spec(cid, a.ExitsWith, restart=restart, reason=reason)
+                )
+                await rt.ref(cid).ask(a.Count(), timeout=5)  # started on first use
+            mark = len(a.events)
+            await shutdown(rt, "sup_test")
+            assert since(mark) == [("stop", cid) for cid in reversed(ids)]
+            assert (await node(rt, "sup_test")).status == "stopped"
+            assert set((await statuses(rt, "sup_test")).values()) == {"stopped"}
+            assert not set(ids) & set(rt.cells)
 
 
 # -- child administration -----------------------------------------------------------------------

@@ -544,6 +544,31 @@ async def test_a_declared_child_that_fails_to_start_fails_the_supervisors_spawn(
         assert (await node(rt, "sup")).status == "running"
 
 
+@pytest.mark.parametrize(
+    ("sup", "child", "problem"),
+    [
+        (a.RefusedArgumentsSup, "s2", r"ConfigError: cannot spawn 's2': limit must be at least 1"),
+        (a.ReservedIdSup, "s2/gate", r"ConfigError: actor id 's2/gate' is reserved"),
+    ],
+    ids=["arguments-refused", "reserved-id"],
+)
+async def test_a_declared_child_the_runtime_refuses_to_spawn_fails_the_supervisors_spawn(
+    sup: type[tether.Supervisor], child: str, problem: str
+) -> None:
+    """The same when the runtime refuses the child before it starts (its arguments, or an id
+    tether keeps for a guard): spawn raised nothing, the supervisor's start failed and was
+    retried in the background, and the child before it ran on without its supervisor."""
+    async with runtime() as rt:
+        with pytest.raises(tether.ChildStartFailed, match=problem) as exc:
+            await rt.spawn(sup, "sup")
+        assert (exc.value.supervisor_id, exc.value.child_id) == ("sup", child)
+        assert a.events == [("start", "s1"), ("stop", "s1")]
+        assert not {"sup", "s1", child, "s3"} & set(rt.cells)
+        assert await rt.store.get_actor(child) is None  # nothing stored at the refused id
+        await anyio.sleep(0.2)  # nothing is retried behind the caller's back
+        assert a.events == [("start", "s1"), ("stop", "s1")]
+
+
 async def test_a_supervisor_restarted_in_place_restarts_its_children() -> None:
     """A supervisor whose own handler fails (here its decider has a bug) is restarted in place
     by its supervisor: its children go down with the old instance and start again under the

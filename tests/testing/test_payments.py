@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from tether.testing.payments import (
     refund_count,
     refunds,
 )
+from tether.testing.payments import service as payments_service
 
 
 @pytest.fixture
@@ -184,7 +187,7 @@ def test_clear_error_when_the_port_line_never_comes(
         code = "import sys, time; print('booting', file=sys.stderr, flush=True); time.sleep(30)"
         return [sys.executable, "-c", code]
 
-    monkeypatch.setattr(payments, "_serve_argv", silent)
+    monkeypatch.setattr(payments_service, "_serve_argv", silent)
     with pytest.raises(RuntimeError, match=r"(?s)did not print its listening line.*booting"):
         PaymentsService.start(tmp_path / "payments.db", startup_timeout=0.5)
 
@@ -201,3 +204,16 @@ async def test_hang_after_record_times_out_and_stops_cleanly(db: Path) -> None:
     assert service.proc.returncode == 0  # SIGTERM is a clean shutdown, even with calls hanging
     assert refund_count(db, "order-1") == 1
     assert refund_count(db, "order-2") == 0
+
+
+def test_the_service_listens_with_a_backlog_a_burst_of_calls_does_not_overflow(
+    service: PaymentsService,
+) -> None:
+    """Several runtimes' calls arrive in bursts: a backlog of 5 (the standard library's)
+    overflows on a loaded machine and the kernel resets the calls it had half-accepted."""
+    port = urllib.parse.urlsplit(service.url).port
+    found = subprocess.run(
+        ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert found[0] == "LISTEN", found
+    assert int(found[2]) >= 128, found  # Send-Q of a listening socket: its backlog

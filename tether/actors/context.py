@@ -29,7 +29,8 @@ given, the last of each wins (each new one supersedes the one before).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -243,33 +244,66 @@ def assemble(
     """
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ConfigError(f"the token budget must be an int >= 0, not {budget!r}")
+    lanes = _Lanes.of(fragments)  # every item checked before anything is counted
+    cost = _checked(count_tokens)
+    pinned_tokens = _pinned_tokens(lanes, cost, budget)
+    summary_tokens = _summary_tokens(lanes.summary, cost, budget, pinned_tokens)
+    history_costs = [cost(item) for item in lanes.history]
+    total = pinned_tokens + summary_tokens + sum(history_costs)
+    history, total, trimmed = _trim(lanes.history, history_costs, total, budget)
+    return ContextBundle(
+        goal=lanes.goal,
+        constraints=tuple(lanes.constraints),
+        checkpoint=lanes.checkpoint,
+        summary=lanes.summary,
+        history=history,
+        tokens_used=total,
+        budget=budget,
+        trimmed=trimmed,
+    )
+
+
+@dataclass(slots=True)
+class _Lanes:
+    """The fragments of one assembly, each in its lane (the history in its given order)."""
 
     goal: Goal | None = None
-    constraints: list[Constraint] = []
+    constraints: list[Constraint] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
     summary: Summary | None = None
-    history: list[ChatMessage | ToolCallRecord] = []
-    for fragment in fragments:
-        if not isinstance(fragment, _FRAGMENT_TYPES):
-            raise ConfigError(
-                f"not a context fragment: {fragment!r} (expected one of "
-                f"{', '.join(t.__name__ for t in _FRAGMENT_TYPES)})"
-            )
-        if isinstance(fragment, Goal):
-            if goal is not None:
+    history: list[ChatMessage | ToolCallRecord] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, fragments: Iterable[Fragment]) -> _Lanes:
+        """Each fragment in its lane; ``ConfigError`` for an item that is not a fragment or a
+        second goal."""
+        lanes = cls()
+        for fragment in fragments:
+            if not isinstance(fragment, _FRAGMENT_TYPES):
                 raise ConfigError(
-                    f"more than one Goal given ({goal.text!r} and {fragment.text!r}); "
-                    "a session has one goal: pass only the current one"
+                    f"not a context fragment: {fragment!r} (expected one of "
+                    f"{', '.join(t.__name__ for t in _FRAGMENT_TYPES)})"
                 )
-            goal = fragment
-        elif isinstance(fragment, Constraint):
-            constraints.append(fragment)
-        elif isinstance(fragment, Checkpoint):
-            checkpoint = fragment  # the last save point wins
-        elif isinstance(fragment, Summary):
-            summary = fragment  # the newest summary supersedes older ones
-        else:
-            history.append(fragment)
+            if isinstance(fragment, Goal):
+                if lanes.goal is not None:
+                    raise ConfigError(
+                        f"more than one Goal given ({lanes.goal.text!r} and {fragment.text!r}); "
+                        "a session has one goal: pass only the current one"
+                    )
+                lanes.goal = fragment
+            elif isinstance(fragment, Constraint):
+                lanes.constraints.append(fragment)
+            elif isinstance(fragment, Checkpoint):
+                lanes.checkpoint = fragment  # the last save point wins
+            elif isinstance(fragment, Summary):
+                lanes.summary = fragment  # the newest summary supersedes older ones
+            else:
+                lanes.history.append(fragment)
+        return lanes
+
+
+def _checked(count_tokens: TokenCounter) -> Callable[[Fragment], int]:
+    """The cost of a fragment under ``count_tokens``, refused unless an int >= 0."""
 
     def cost(fragment: Fragment) -> int:
         n = count_tokens(fragment_text(fragment))
@@ -277,12 +311,17 @@ def assemble(
             raise ConfigError(f"token counter returned {n!r} for {fragment!r}; need an int >= 0")
         return n
 
+    return cost
+
+
+def _pinned_tokens(lanes: _Lanes, cost: Callable[[Fragment], int], budget: int) -> int:
+    """What the goal, the constraints and the checkpoint cost; ``ConfigError`` past ``budget``."""
     pinned: list[Fragment] = []
-    if goal is not None:
-        pinned.append(goal)
-    pinned.extend(constraints)
-    if checkpoint is not None:
-        pinned.append(checkpoint)
+    if lanes.goal is not None:
+        pinned.append(lanes.goal)
+    pinned.extend(lanes.constraints)
+    if lanes.checkpoint is not None:
+        pinned.append(lanes.checkpoint)
     pinned_tokens = sum(map(cost, pinned))
     if pinned_tokens > budget:
         raise ConfigError(
@@ -290,7 +329,13 @@ def assemble(
             f"{pinned_tokens - budget} over the budget of {budget}; they are never trimmed, "
             "so raise the budget or shorten them"
         )
+    return pinned_tokens
 
+
+def _summary_tokens(
+    summary: Summary | None, cost: Callable[[Fragment], int], budget: int, pinned_tokens: int
+) -> int:
+    """What the summary costs; ``ConfigError`` if it does not fit beside the pinned lanes."""
     summary_tokens = cost(summary) if summary is not None else 0
     if pinned_tokens + summary_tokens > budget:
         left = budget - pinned_tokens
@@ -300,10 +345,14 @@ def assemble(
             "checkpoint; it is never trimmed (the history it stands for is gone), so raise "
             "the budget or write a shorter summary"
         )
-    history_costs = [cost(item) for item in history]
-    total = pinned_tokens + summary_tokens + sum(history_costs)
+    return summary_tokens
 
-    # the fixed trim order: oldest message, then oldest tool result
+
+def _trim(
+    history: list[ChatMessage | ToolCallRecord], costs: list[int], total: int, budget: int
+) -> tuple[tuple[ChatMessage | ToolCallRecord, ...], int, Trimmed]:
+    """The history kept under ``budget`` in the fixed trim order (oldest message, then oldest
+    tool result), the total it leaves, and what was trimmed."""
     dropped: set[int] = set()
     trimmed_messages = trimmed_tools = 0
     for lane in (ChatMessage, ToolCallRecord):
@@ -312,19 +361,10 @@ def assemble(
                 break
             if isinstance(item, lane):
                 dropped.add(i)
-                total -= history_costs[i]
+                total -= costs[i]
                 if lane is ChatMessage:
                     trimmed_messages += 1
                 else:
                     trimmed_tools += 1
-
-    return ContextBundle(
-        goal=goal,
-        constraints=tuple(constraints),
-        checkpoint=checkpoint,
-        summary=summary,
-        history=tuple(item for i, item in enumerate(history) if i not in dropped),
-        tokens_used=total,
-        budget=budget,
-        trimmed=Trimmed(messages=trimmed_messages, tool_results=trimmed_tools),
-    )
+    kept = tuple(item for i, item in enumerate(history) if i not in dropped)
+    return kept, total, Trimmed(messages=trimmed_messages, tool_results=trimmed_tools)

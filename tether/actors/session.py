@@ -29,8 +29,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from tether import telemetry
-from tether.actors import genai
-from tether.actors.actor import Actor, check_items
+from tether.actors.actor import Actor
 from tether.actors.context import (
     ChatMessage,
     Checkpoint,
@@ -44,7 +43,6 @@ from tether.actors.context import (
     assemble,
     default_counter,
 )
-from tether.actors.guards.gate import ApprovalPolicy
 from tether.actors.guards.loops import LoopPolicy
 from tether.actors.messages import DeadLettered
 from tether.actors.model import (
@@ -55,6 +53,8 @@ from tether.actors.model import (
     ToolCall,
     calls_of,
 )
+from tether.actors.session_class import MODEL_TOOL as MODEL_TOOL
+from tether.actors.session_class import check_settings, model_tool, tools_by_name
 from tether.actors.session_records import CancelTask as CancelTask
 from tether.actors.session_records import ContextReset as ContextReset
 from tether.actors.session_records import Continue as Continue
@@ -73,7 +73,8 @@ from tether.actors.session_records import ToolResult as ToolResult
 from tether.actors.session_records import UserMessage as UserMessage
 from tether.actors.session_records import UserSaid as UserSaid
 from tether.actors.session_records import as_json, fold_event
-from tether.actors.status import SessionStatus, task_status
+from tether.actors.session_records import session_status as session_status
+from tether.actors.status import task_status
 from tether.actors.tool import Tool
 from tether.errors import (
     ApprovalRejected,
@@ -131,27 +132,9 @@ class AgentSession(Actor[SessionState]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        check_items(
-            cls.tools,
-            Tool,
-            f"{cls.__qualname__}.tools",
-            "a list or tuple of @tether.tool functions",
-            "declare tools with @tether.tool",
-        )
-        names: dict[str, Tool] = {}
-        for t in cls.tools:
-            if t.name in names:
-                raise ConfigError(f"{cls.__qualname__}.tools has two tools named {t.name!r}")
-            names[t.name] = t
-        cls._tools_by_name = names
-        cls._model_tool = _model_tool(cls)
-        limit = cls.max_history
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigError(
-                f"{cls.__qualname__}.max_history must be an int >= 1 (the number of history "
-                f"entries a session keeps), not {limit!r}"
-            )
-        _check_settings(cls)
+        cls._tools_by_name = tools_by_name(cls)
+        cls._model_tool = model_tool(cls)
+        check_settings(cls)
 
     def __init__(self, goal: str, constraints: list[str] | None = None) -> None:
         if not isinstance(goal, str) or not goal.strip():
@@ -424,73 +407,6 @@ class AgentSession(Actor[SessionState]):
             "belief": self.state.belief,
             "if_rejected": "the reason is given to the agent, which must find another way",
         }
-
-
-def _check_settings(cls: type[AgentSession]) -> None:
-    """Refuse a bad class setting when the class is defined. Unchecked, each one failed later
-    and far away: a bare TypeError on the first step (a str number, a count_tokens that is not
-    callable), a session that could never act (max_steps=0; escalate_after_failures=0 held even
-    the model's call for a person), or nothing until a call needed the policy."""
-    where = cls.__qualname__
-
-    def positive_int(name: str, value: object, *, optional: bool = False) -> None:
-        if optional and value is None:
-            return
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            none = " or None" if optional else ""
-            raise ConfigError(f"{where}.{name} must be an int >= 1{none}, not {value!r}")
-
-    positive_int("context_budget", cls.context_budget)
-    positive_int("max_steps", cls.max_steps)
-    positive_int("escalate_after_failures", cls.escalate_after_failures, optional=True)
-    if not callable(cls.count_tokens):
-        raise ConfigError(
-            f"{where}.count_tokens must be a function of a str, not {cls.count_tokens!r}"
-        )
-    if cls.loop_policy is not None and not isinstance(cls.loop_policy, LoopPolicy):
-        raise ConfigError(
-            f"{where}.loop_policy must be a tether.LoopPolicy or None, not {cls.loop_policy!r}"
-        )
-    approval = getattr(cls, "approval_policy", None)
-    if approval is not None and not isinstance(approval, ApprovalPolicy):
-        raise ConfigError(
-            f"{where}.approval_policy must be a tether.ApprovalPolicy or None, not {approval!r}"
-        )
-    # A class without a model may be a base for sessions that set one: spawning it is refused.
-    model = getattr(cls, "model", None)
-    if model is not None and not isinstance(model, Model):
-        raise ConfigError(
-            f"{where}.model must be a tether.Model (an object with async decide(request)), "
-            f"not {model!r}"
-        )
-
-
-#: The name of a session's model calls in the effects ledger (each one is an effect).
-MODEL_TOOL = "model"
-
-
-def _model_tool(cls: type[AgentSession]) -> Tool:
-    async def model(request: ModelRequest) -> Decision:
-        return await genai.decide(cls.model, request)  # a GenAI client span and metrics
-
-    return Tool(
-        model,
-        name=MODEL_TOOL,
-        recovery="retry",  # asking again has no side effect; a recorded decision is replayed
-        breaker="model",
-        timeout=cls.model_timeout,
-        description="the session's model",
-        loop_guard=False,
-        defer_receipt=False,  # I6: once the model answered, it is never asked again
-        bound_nesting=False,  # the session's own request (its decisions are bounded: results)
-    )
-
-
-def session_status(state: SessionState) -> SessionStatus:
-    """``SessionInfo.status``: "working", the latest task's ending, or "idle" before any."""
-    if state.status == "working":
-        return "working"
-    return task_status(state.outcome) if state.task else "idle"
 
 
 def _text(value: Any) -> str:

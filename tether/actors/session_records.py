@@ -22,7 +22,7 @@ from tether.actors.model import (
     Usage,
     calls_of,
 )
-from tether.actors.status import SessionStatus, TaskStatus
+from tether.actors.status import SessionStatus, TaskStatus, task_status
 from tether.errors import (
     TaskFailed,
 )
@@ -197,6 +197,13 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
     # What the model's answers used, summed over every decision (their Usage, where the model
     # reported one). Defaulted, so an older snapshot still decodes (counting from there).
     usage: Usage = msgspec.field(default_factory=Usage)
+
+
+def session_status(state: SessionState) -> SessionStatus:
+    """``SessionInfo.status``: "working", the latest task's ending, or "idle" before any."""
+    if state.status == "working":
+        return "working"
+    return task_status(state.outcome) if state.task else "idle"
 
 
 # -- the fold --------------------------------------------------------------------------------------

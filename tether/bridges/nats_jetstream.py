@@ -112,11 +112,20 @@ class JetStreamBridge:
             await self._fetch(self.fetch_timeout)
 
     async def drain(self, *, idle: float = 0.5) -> BridgeStats:
-        """Handle everything there is now, then return once a fetch finds nothing within
-        ``idle`` seconds. For batch jobs and tests."""
-        while await self._fetch(idle):
-            pass
-        return self.stats
+        """Handle everything the consumer holds, then return: the messages not delivered yet,
+        and those delivered and not acknowledged (a dead consumer's come back after their
+        ``ack_wait``). For batch jobs and tests.
+
+        Each fetch waits up to ``idle`` seconds. An empty fetch alone ends nothing: on a
+        loaded machine the server's answer may still be on its way (nats-py keeps what
+        arrives late for the next fetch), so the drain ends once the server says the consumer
+        has no message pending or awaiting an ack."""
+        while True:
+            if await self._fetch(idle):
+                continue
+            info = await self.js.consumer_info(self.stream, self.durable)
+            if info.num_pending == 0 and info.num_ack_pending == 0:
+                return self.stats
 
     async def _subscription(self) -> JetStreamContext.PullSubscription:
         if self._sub is not None:

@@ -13,6 +13,7 @@ leaves no entry acknowledged without its dead letter, and no dead letter twice.
 
 from __future__ import annotations
 
+import inspect
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -64,7 +65,11 @@ class RedisStreamsBridge:
         start_id: where a newly created group starts: ``"0"`` (default) takes the entries
             already in the stream, ``"$"`` only those added later.
         batch_size: entries read per ``XREADGROUP`` / ``XAUTOCLAIM``.
-        block: seconds one ``XREADGROUP`` waits for new entries.
+        block: seconds one ``XREADGROUP`` waits for new entries (an entry that arrives ends
+            the wait at once: this only sets how often a quiet bridge reads again). It must be
+            shorter than the client's ``socket_timeout``, or the blocking read fails as a
+            timeout; default: 5 s, or half the client's ``socket_timeout`` if that is shorter
+            (redis-py 8 gives every client a ``socket_timeout`` of 5 s).
         claim_idle: seconds an entry must have been pending with another consumer before this
             one claims it; longer than the bridge ever takes between reading and acknowledging.
         ids_carry_time: whether entry ids are Redis's own (``XADD *``: milliseconds first), so
@@ -85,7 +90,7 @@ class RedisStreamsBridge:
         payload_field: str = "payload",
         start_id: str = "0",
         batch_size: int = 100,
-        block: float = 5.0,
+        block: float | None = None,
         claim_idle: float = 60.0,
         ids_carry_time: bool = True,
     ) -> None:
@@ -104,6 +109,7 @@ class RedisStreamsBridge:
         if dead_letter_stream == stream:
             raise ConfigError("dead_letter_stream must differ from stream: poison would loop")
         check_batch_size(batch_size)
+        block = _block(client, block)
         check_seconds(block=block, claim_idle=claim_idle)
         self.client = client
         self.stream = stream
@@ -273,6 +279,51 @@ class RedisStreamsBridge:
             await tx.execute()
         for inbound, why in poison:
             self._ingest.dead_lettered(inbound, why)
+
+
+_DEFAULT_BLOCK = 5.0  # seconds
+
+
+def _block(client: Redis, block: float | None) -> float:
+    """The blocking read's wait: ``block``, or the default (see the class docstring); a wait
+    that the client's socket timeout would cut short is refused."""
+    timeout = socket_timeout(client)
+    if block is None:
+        return _DEFAULT_BLOCK if timeout is None else min(_DEFAULT_BLOCK, timeout / 2)
+    if timeout is not None and _is_seconds(block) and block >= timeout:
+        raise ConfigError(
+            f"block ({block} s) must be shorter than the client's socket_timeout ({timeout} s): "
+            "a blocking XREADGROUP would fail as a timeout when the stream is quiet"
+        )
+    return block
+
+
+def _is_seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def socket_timeout(client: Redis) -> float | None:
+    """The seconds the client's connections wait for a reply; None for no limit, or a client
+    that does not say (no connection pool, e.g. a cluster client). Read from the pool's
+    connection settings, else the connection class's default (which redis-py 8 made 5 s):
+    no connection is made."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, Mapping):
+        return None
+    if "socket_timeout" in kwargs:
+        timeout = kwargs["socket_timeout"]
+    else:
+        timeout = None
+        for cls in getattr(getattr(pool, "connection_class", None), "__mro__", ()):
+            try:
+                param = inspect.signature(cls.__init__).parameters.get("socket_timeout")
+            except (TypeError, ValueError):  # a signature Python cannot read: look further up
+                continue
+            if param is not None:
+                timeout = param.default
+                break
+    return float(timeout) if _is_seconds(timeout) and timeout > 0 else None
 
 
 def _entries(reply: Any) -> list[_Entry]:

@@ -6,8 +6,9 @@ The usual move is an SQLite file to PostgreSQL, when one machine is outgrown::
 
 Both stores must be stopped (no runtime serving either), the destination empty (``--resume``
 finishes an interrupted copy into it), and at this tether's schema version (``tether
-migrate`` an older one first). Each table is copied page by page and counted on both sides;
-on a terminal, a progress line per table goes to stderr. Interrupted, it says how to finish.
+migrate`` an older one first). Each table is copied page by page and counted on both sides,
+then both stores are checked as ``tether check`` checks one; on a terminal, a progress line
+per table goes to stderr. Interrupted, it says how to finish.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import anyio
 
 from tether.cli.base import EXIT_FAILED, EXIT_OK, whole_number
 from tether.cli.output import print_json, table
+from tether.runtime.check import check_runtime_store
+from tether.runtime.runtime import Runtime
 from tether.store.copy import CopyReport, copy_store
-from tether.store.copy.run import PAGE_SIZE, Check, describe
+from tether.store.copy.run import PAGE_SIZE, describe
+from tether.store.open import open_store
 
 
 def register(commands: Any) -> None:
@@ -56,11 +60,13 @@ def register(commands: Any) -> None:
     copy.set_defaults(direct=run_copy)
 
 
-#: ``tether check`` of a whole store by URL, run on both sides after the copy when given: wire
-#: the integrity checker here once it is in (``copy_store(check=…)``: the store's findings,
-#: one sentence each, [] when clean; e.g. from ``tether.testing.check_store_async(url)``).
-#: Until then a copy is verified by its counts.
-STORE_CHECK: Check | None = None
+async def store_check(url: str) -> list[str]:
+    """``tether check`` of the whole (closed) store at ``url``: each violation, one sentence
+    (``copy_store(check=…)``). Counts alone would pass a copy whose rows are all there but do
+    not fit together; this reads them as a runtime would."""
+    async with Runtime(store=open_store(url, create=False), serve=False) as rt:
+        report = await check_runtime_store(rt, name=url)
+    return [f"{v.kind}: {v.message}" for v in report.violations]
 
 
 def _at_least_one(text: str) -> int:
@@ -99,7 +105,7 @@ async def _copy(args: argparse.Namespace, progress: Progress) -> CopyReport:
         force=args.force,
         page_size=args.page_size,
         progress=progress,
-        check=STORE_CHECK,
+        check=store_check,
     )
 
 
@@ -113,6 +119,8 @@ def summary(report: CopyReport, source: str, destination: str) -> str:
         lines += [f"MISMATCH: {b}" for b in bad]
         lines.append(f"the copy of {source} in {destination} is not whole: do not serve it")
     else:
+        if report.checks:
+            lines.append("tether check: no violation in the source or in the destination")
         lines.append(
             f"OK: {report.copied:,} rows in {len(report.tables)} tables copied from {source} to "
             f"{destination}, the same count in every table"

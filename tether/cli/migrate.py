@@ -1,8 +1,14 @@
-"""``tether migrate``: upgrade a store to this tether's schema version, offline."""
+"""``tether migrate``: upgrade a store to this tether's schema version, offline.
+
+A migration is one transaction: interrupted (Ctrl-C, a lost connection), it leaves the store
+as it was, and running it again starts over. On a terminal, a line on stderr says so while it
+runs (a large store's migration can take a while).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import tether
@@ -26,6 +32,12 @@ def register(commands: Any) -> None:
 
 
 async def cmd_migrate(store: tether.Store, args: argparse.Namespace) -> int:
+    if sys.stderr.isatty():
+        print(
+            f"migrating {args.db} in one transaction (interrupted, it changes nothing)...",
+            file=sys.stderr,
+            flush=True,
+        )
     before, after = await store.migrate(force=args.force)
     if before == after:
         print(f"{args.db}: schema version {after} already; nothing to do")

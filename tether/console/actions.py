@@ -85,28 +85,40 @@ async def decide(
         raise READ_ONLY  # nothing is written, not even an audit row: the console is read-only
     identity = who.identity(via, read_only=False)
     decision: tether.Approve | tether.Reject | tether.Modify
+    # A rejection without a reason, or arguments that are not the tool's, are decisions the
+    # desk refuses: it audits them (as refused, with why) before it raises.
     if kind == "approve":
         decision = tether.Approve(by=identity.name, comment=comment or None)
     elif kind == "reject":
-        if not (isinstance(reason, str) and reason.strip()):
-            raise Refusal(
-                422, "reason_required", "a rejection needs a reason: the agent is told it"
-            )
-        decision = tether.Reject(by=identity.name, reason=reason.strip())
+        text = reason.strip() if isinstance(reason, str) else reason
+        decision = tether.Reject(by=identity.name, reason=text)  # type: ignore[arg-type]
     elif kind == "modify":
-        if not isinstance(args, dict):
-            raise Refusal(
-                422,
-                "invalid_arguments",
-                "the new arguments must be a JSON object of the tool's arguments",
-            )
         decision = tether.Modify(by=identity.name, args=args, comment=comment or None)
     else:
         raise Refusal(404, "not_found", f"no decision {kind!r}: approve, reject or modify")
-    with refusals():
-        return await rt.approvals.decide(
-            request_id, decision, identity=identity, expected_version=version
+    try:
+        with refusals():
+            return await rt.approvals.decide(
+                request_id, decision, identity=identity, expected_version=version
+            )
+    except Refusal as refused:
+        raise _said_plainly(refused, kind, reason, args) from refused
+
+
+def _said_plainly(refused: Refusal, kind: str, reason: Any, args: Any) -> Refusal:
+    """The desk's refusal of a malformed decision, in the words of the form or body the
+    person sent (the audit log keeps the desk's)."""
+    if refused.status != 422:
+        return refused
+    if kind == "reject" and not (isinstance(reason, str) and reason.strip()):
+        return Refusal(422, "reason_required", "a rejection needs a reason: the agent is told it")
+    if kind == "modify" and not isinstance(args, dict):
+        return Refusal(
+            422,
+            "invalid_arguments",
+            "the new arguments must be a JSON object of the tool's arguments",
         )
+    return refused
 
 
 async def check_modification(rt: tether.Runtime, request_id: str, args: Any) -> dict[str, Any]:

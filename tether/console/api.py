@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import tether
+from tether.actors.messages import TOO_DEEP
 from tether.console import actions, csrf
 from tether.console.actions import Refusal
 from tether.console.auth import Principal
@@ -109,6 +110,8 @@ async def _decide(request: Request) -> Response:
         body = msgspec.json.decode(await request.body()) if await request.body() else {}
     except msgspec.DecodeError as exc:
         return _error(422, "invalid_json", f"the body is not valid JSON: {exc}")
+    except RecursionError:  # deeper than the decoder goes, so far beyond what tether stores
+        return _error(422, "invalid_json", f"the body cannot be stored: {TOO_DEEP}")
     if not isinstance(body, dict):
         return _error(422, "invalid", "the body must be a JSON object")
     version = body.get("version")

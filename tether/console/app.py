@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -34,7 +34,7 @@ from tether.console.auth import (
     Session,
     Sessions,
 )
-from tether.console.config import ConsoleConfig
+from tether.console.config import ConsoleConfig, loopback_host
 from tether.console.tokens import TokenFile
 from tether.store.open import open_store
 
@@ -100,6 +100,16 @@ class _Context(BaseHTTPMiddleware):
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         console: Console = request.app.state.console
+        if console.config.auth == "none" and not loopback_host(request.headers.get("host", "")):
+            # Without authentication, a page elsewhere whose name was made to resolve to
+            # 127.0.0.1 (DNS rebinding) would be the console's own origin to the browser:
+            # it could read a form's CSRF token and approve. Answer loopback names only.
+            return PlainTextResponse(
+                "this console has no authentication: it answers requests for a loopback "
+                "host name only (127.0.0.1, localhost, [::1])\n",
+                status_code=421,
+                headers=HEADERS,
+            )
         found = console.sessions.read(request)
         session = found or Session()
         request.state.session = session
@@ -139,6 +149,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         *api.routes(),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Route("/healthz", _healthz),
+        Route("/favicon.ico", _favicon),  # asked for by browsers whatever the page says
     ]
     app = Starlette(routes=routes, middleware=[Middleware(_Context)], lifespan=lifespan)
     app.state.console = console
@@ -147,3 +158,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
 async def _healthz(request: Request) -> Response:
     return Response("ok\n", media_type="text/plain")
+
+
+async def _favicon(request: Request) -> Response:
+    return RedirectResponse("/static/favicon.svg", status_code=301)

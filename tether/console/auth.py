@@ -129,11 +129,16 @@ class Authenticator:
     proxy_viewers: frozenset[str] = frozenset()
 
     def remote(self, conn: HTTPConnection) -> str | None:
-        """The client's address: behind a trusted proxy, the first ``X-Forwarded-For`` hop."""
+        """The client's address: behind a trusted proxy, the last ``X-Forwarded-For`` hop that
+        no trusted proxy added. Each proxy appends the address it saw; what stands before
+        that, the client wrote itself, so the first hop names whoever the client says."""
         host = conn.client.host if conn.client else None
-        if self.mode == "proxy" and host in self.proxies:
-            forwarded = conn.headers.get("x-forwarded-for", "").split(",")[0].strip()
-            return forwarded or host
+        if self.mode != "proxy" or host not in self.proxies:
+            return host
+        hops = [h.strip() for h in conn.headers.get("x-forwarded-for", "").split(",")]
+        for hop in reversed([h for h in hops if h]):
+            if hop not in self.proxies:
+                return hop
         return host
 
     def bearer(self, conn: HTTPConnection) -> Principal | None:

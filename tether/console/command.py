@@ -23,7 +23,7 @@ from tether.app_dir import use_app_dir
 from tether.console.auth import MODES
 from tether.console.config import DEFAULT_BIND, ConsoleConfig
 from tether.console.tokens import ROLES, TokenFile
-from tether.errors import ConfigError
+from tether.errors import ConfigError, TetherError
 
 
 def parser(prog: str = "tether console", default_db: str = "tether.db") -> argparse.ArgumentParser:
@@ -103,7 +103,7 @@ def main(argv: Sequence[str], *, default_db: str = "tether.db") -> int:
         if args.action == "token":
             return _tokens(args)
         config = config_from(args)
-        from tether.console.server import serve
+        from tether.console.server import prepare, serve
         from tether.store.open import shown
 
         try:
@@ -111,13 +111,14 @@ def main(argv: Sequence[str], *, default_db: str = "tether.db") -> int:
         except ConfigError as exc:  # a usage error, as the tether command says it
             print(f"tether: error: {exc}", file=sys.stderr)
             return 2
+        app = prepare(config)  # the token file and the store are there, or we say why now
         print(
             f"tether console: serving {shown(config.db)} on http://{config.bind} "
             f"(auth {config.auth}{', read-only' if config.read_only else ''})",
             file=sys.stderr,
         )
-        serve(config)
-    except ConfigError as exc:
+        serve(config, app)
+    except TetherError as exc:
         print(f"tether: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import urllib.parse
 from dataclasses import dataclass, field
 
 from tether.console.auth import MODES
@@ -85,6 +86,15 @@ class ConsoleConfig:
                 f"refusing to listen on {host} without authentication: anyone who reaches it "
                 "could approve payments. Bind to 127.0.0.1, or use --auth token or --auth proxy"
             )
+
+
+def loopback_host(host_header: str) -> bool:
+    """Whether a request's ``Host`` header (``name[:port]``) names a loopback host."""
+    try:
+        name = urllib.parse.urlsplit(f"//{host_header}").hostname
+    except ValueError:  # a malformed port or address
+        return False
+    return name is not None and _loopback(name)
 
 
 def _loopback(host: str) -> bool:

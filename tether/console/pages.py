@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 import tether
+from tether.actors.messages import TOO_DEEP
 from tether.console import actions, csrf, views
 from tether.console.actions import Refusal
 from tether.console.auth import Principal, Session
@@ -25,12 +27,14 @@ from tether.console.auth import Principal, Session
 NOTES = {
     "approved": "Approval recorded.",
     "rejected": "Rejection recorded: the agent is told the reason.",
-    "modified": "Modification recorded: the new call needs its approvals again.",
+    "modified": "Modification recorded, as your approval of the new call (approvals of the "
+    "old one no longer count).",
     "resolved": "Resolution recorded: the waiting step goes on.",
     "retried": "The dead letter is back in its actor's mailbox.",
     "discarded": "The dead letter was discarded.",
 }
 _STATUSES = ("pending", "approved", "rejected", "all")
+AUDIT_PAGE = 50  # rows of the audit log a page shows
 
 
 def routes() -> list[Route]:
@@ -108,12 +112,6 @@ def _unauthenticated(request: Request) -> Response:
 async def _form(request: Request) -> dict[str, str]:
     form = await request.form()
     return {k: v for k, v in form.items() if isinstance(v, str)}
-
-
-def _refused(request: Request, refusal: Refusal, title: str = "Not done") -> Response:
-    return _render(
-        request, "error.html", {"title": title, "message": refusal.message}, refusal.status
-    )
 
 
 async def _checked_form(request: Request) -> dict[str, str] | Response:
@@ -232,11 +230,14 @@ def _version(form: dict[str, str]) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _json(text: str) -> Any:
+def _json(text: str, what: str = "the arguments are") -> Any:
+    """``text`` decoded as JSON, or the 422 refusal saying ``what`` is not JSON."""
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise Refusal(422, "invalid_json", f"the arguments are not valid JSON: {exc}") from exc
+        raise Refusal(422, "invalid_json", f"{what} not valid JSON: {exc}") from exc
+    except RecursionError:  # deeper than json's parser goes, so far beyond what tether stores
+        raise Refusal(422, "invalid_json", f"{what} too deep to store: {TOO_DEEP}") from None
 
 
 async def _check(request: Request) -> Response:
@@ -346,9 +347,12 @@ async def _change(
     request: Request,
     make: Callable[[Any, Principal, dict[str, str]], Awaitable[None]],
     done: str,
+    page: tuple[str, str, Callable[[Any], Awaitable[Any]]],
 ) -> Response:
     """A form POST that changes something: authenticated, CSRF-checked, made by ``make``
-    (console, principal, form); the page ``done`` after it, or the refusal's page."""
+    (console, principal, form); the page ``done`` after it. A refusal draws the listing
+    ``page`` (template, key, load) again with the reason above it, and its status: the
+    person sees why where they were, their other choices beside it."""
     who = _principal(request)
     if who is None:
         return _unauthenticated(request)
@@ -358,14 +362,17 @@ async def _change(
     try:
         await make(_console(request), who, form)
     except Refusal as exc:
-        return _refused(request, exc)
+        template, key, load = page
+        listing = await load(_console(request).rt)
+        return _render(request, template, {key: listing, "error": exc.message}, exc.status)
     return RedirectResponse(done, status_code=303)
 
 
 async def _resolve(request: Request) -> Response:
     async def make(console: Any, who: Principal, form: dict[str, str]) -> None:
         how = form.get("how", "")
-        result = _json(form["result"]) if how == "done" and form.get("result", "").strip() else None
+        given = form.get("result", "").strip()
+        result = _json(given, "the result is") if how == "done" and given else None
         await actions.resolve(
             console.rt,
             who,
@@ -376,7 +383,8 @@ async def _resolve(request: Request) -> Response:
             read_only=console.config.read_only,
         )
 
-    return await _change(request, make, "/quarantine?done=resolved")
+    page = ("quarantine.html", "effects", views.quarantine)
+    return await _change(request, make, "/quarantine?done=resolved", page)
 
 
 async def _dead_letters(request: Request) -> Response:
@@ -391,20 +399,27 @@ async def _dead_letter(request: Request) -> Response:
         await actions.dead_letter(console.rt, who, msg_id, how, read_only=console.config.read_only)
 
     done = "retried" if how == "retry" else "discarded"
-    return await _change(request, make, f"/dead-letters?done={done}")
+    page = ("dead_letters.html", "letters", views.dead_letters)
+    return await _change(request, make, f"/dead-letters?done={done}", page)
 
 
 # -- audit ----------------------------------------------------------------------------------------
 
 
 async def _audit(request: Request) -> Response:
+    """The audit log, newest first, 50 rows a page; ``?target=`` (a request id, an effect's
+    key, a dead letter) or ``?actor=`` keeps one trail."""
     if _principal(request) is None:
         return _unauthenticated(request)
-    before_text = request.query_params.get("before", "")
+    query = request.query_params
+    before_text = query.get("before", "")
     before = int(before_text) if before_text.isdigit() else None
-    rows = await views.audit(_console(request).rt, before, 50)
+    target, actor = query.get("target") or None, query.get("actor") or None
+    rows = await views.audit(_console(request).rt, before, AUDIT_PAGE, target=target, actor=actor)
+    older = None
+    if len(rows) == AUDIT_PAGE:
+        kept = {k: v for k, v in (("target", target), ("actor", actor)) if v}
+        older = "/audit?" + urlencode({**kept, "before": rows[-1]["seq"]})
     return _render(
-        request,
-        "audit.html",
-        {"rows": rows, "older": rows[-1]["seq"] if len(rows) == 50 else None},
+        request, "audit.html", {"rows": rows, "older": older, "target": target, "actor": actor}
     )

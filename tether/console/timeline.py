@@ -24,9 +24,10 @@ from tether.render.journal import describe
 from tether.store.records import ApprovalRecord, DeadLetter, EffectRecord
 
 LANES = ("Tasks", "Steps", "Model", "Tools", "Approvals", "Restarts")
-_WIDTH = 1040
-_LEFT = 96
-_RIGHT = 16
+WIDTH = 1040  # the drawing's units (it scales to the page's width)
+LEFT = 96  # where the plot begins, after the lanes' names
+RIGHT = 16
+MARK_HALF_WIDTH = 6  # a point in time (a restart, a dead letter) is a diamond this wide
 _LANE = 30
 _TOP = 26
 _COLOURS = {
@@ -197,16 +198,19 @@ def _clock(t: float, fmt: str | None) -> str:
 def svg(tl: Timeline) -> str:
     """The timeline as an SVG element (text escaped), one lane per row of ``LANES``."""
     start, end = tl.span
-    scale = (_WIDTH - _LEFT - _RIGHT) / (end - start)
+    # The plot leaves a mark's half width free at each end, so that a point at the first or
+    # the last time is drawn whole.
+    plot_left, plot_right = LEFT + MARK_HALF_WIDTH, WIDTH - RIGHT - MARK_HALF_WIDTH
+    scale = (plot_right - plot_left) / (end - start)
     height = _TOP + _LANE * len(LANES) + 8
     out = [
-        f'<svg class="timeline" viewBox="0 0 {_WIDTH} {height}" width="100%" '
+        f'<svg class="timeline" viewBox="0 0 {WIDTH} {height}" width="100%" '
         f'role="img" aria-label="session timeline" xmlns="http://www.w3.org/2000/svg">'
     ]
     clock = "%H:%M:%S" if end - start >= 8 else None  # under 8 s: tenths of a second
     for i in range(5):  # the time axis
         t = start + (end - start) * i / 4
-        x = _LEFT + (t - start) * scale
+        x = plot_left + (t - start) * scale
         anchor = "start" if i == 0 else "end" if i == 4 else "middle"
         out.append(
             f'<line x1="{x:.1f}" y1="{_TOP - 6}" x2="{x:.1f}" y2="{height - 8}" class="tick"/>'
@@ -219,16 +223,19 @@ def svg(tl: Timeline) -> str:
         y = _TOP + row * _LANE
         out.append(f'<text x="8" y="{y + 19}" class="lane">{lane}</text>')
         out.append(
-            f'<line x1="{_LEFT}" y1="{y + _LANE}" x2="{_WIDTH - _RIGHT}" y2="{y + _LANE}" class="rule"/>'
+            f'<line x1="{LEFT}" y1="{y + _LANE}" x2="{WIDTH - RIGHT}" y2="{y + _LANE}" class="rule"/>'
         )
-        for item in (i for i in tl.items if i.lane == lane):
-            x = _LEFT + (item.start - start) * scale
-            w = max(4.0, (item.end - item.start) * scale)
+        # The longest first: a short item that overlaps a long one is drawn over it.
+        in_lane = sorted((i for i in tl.items if i.lane == lane), key=lambda i: i.start - i.end)
+        for item in in_lane:
+            x = plot_left + (item.start - start) * scale
+            w = min(max(4.0, (item.end - item.start) * scale), plot_right + 4.0 - x)
             colour = _COLOURS.get(item.status, "#5f7f9f")
             tip = html.escape(f"{item.label} — {item.detail or item.status}", quote=True)
             if item.start == item.end and lane == "Restarts":
+                h = MARK_HALF_WIDTH
                 out.append(
-                    f'<g><title>{tip}</title><path d="M{x:.1f} {y + 6} l6 9 l-6 9 l-6 -9 z" '
+                    f'<g><title>{tip}</title><path d="M{x:.1f} {y + 6} l{h} 9 l-{h} 9 l-{h} -9 z" '
                     f'fill="{colour}"/></g>'
                 )
                 continue

@@ -48,7 +48,10 @@ def pretty(value: Any) -> str:
 
 
 def compact(value: Any, width: int = 70) -> str:
-    text = msgspec.json.encode(value, enc_hook=repr).decode()
+    """``value`` as JSON on one line, cut to ``width``: a space after each comma and colon,
+    so that a narrow column wraps it between values, not inside one."""
+    encoded = msgspec.json.encode(value, enc_hook=repr)
+    text = msgspec.json.format(encoded, indent=0).decode()
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -120,7 +123,7 @@ async def approval(rt: tether.Runtime, request_id: str) -> dict[str, Any]:
             {
                 **d,
                 "when": when(d.get("at"), now),
-                "args_pretty": pretty(d["args"]) if "args" in d else None,
+                "args_compact": compact(d["args"], 120) if d.get("args") is not None else None,
             }
             for d in request.decisions
         ],
@@ -128,6 +131,11 @@ async def approval(rt: tether.Runtime, request_id: str) -> dict[str, Any]:
         "tool_importable": tool is not None,
         "at_deadline": f"at the deadline the request is {outcome}",
         "decided_at": when(record.decided_at, now),
+        "decided_after": (
+            text.span(record.decided_at - record.created_at)
+            if record.decided_at is not None
+            else None
+        ),
         "session": session,
         "journal": journal,
         "effects": [_effect_row(e, now) for e in effects[-RECENT_EFFECTS:]],
@@ -181,7 +189,12 @@ async def sessions(rt: tether.Runtime) -> list[dict[str, Any]]:
         info = await records.session_view(rt, rec, corrupt)
         pending = await rt.approvals.pending(rec.actor_id)
         out.append(
-            {**summary, "info": info, "pending": len(pending), "since": when(rec.created_at, now)}
+            {
+                **summary,
+                "info": info,
+                "pending": [a.request_id for a in pending],
+                "since": when(rec.created_at, now),
+            }
         )
     return out
 
@@ -322,9 +335,14 @@ async def dead_letters(rt: tether.Runtime) -> list[dict[str, Any]]:
     ]
 
 
-async def audit(rt: tether.Runtime, before: int | None, limit: int) -> list[dict[str, Any]]:
+async def audit(
+    rt: tether.Runtime,
+    before: int | None,
+    limit: int,
+    *,
+    target: str | None = None,
+    actor: str | None = None,
+) -> list[dict[str, Any]]:
     now = rt.clock()
-    return [
-        {**msgspec.to_builtins(a), "when": when(a.at, now)}
-        for a in await rt.store.list_audit(before=before, limit=limit)
-    ]
+    found = await rt.store.list_audit(target=target, actor_id=actor, before=before, limit=limit)
+    return [{**msgspec.to_builtins(a), "when": when(a.at, now)} for a in found]

@@ -7,17 +7,21 @@ callers' own tasks through the connected client (the SDK's dispatcher serves req
 any task); a caller cancelled mid-call (a tool timeout, a ``CancelTask``) is cut short
 without disturbing the connection.
 
-The link watches its transport's two streams:
+The link watches its transport:
 
 * the write stream records the idempotency key of each ``tools/call`` request handed to the
   transport, so that a call that fails with "connection closed" is known to have been sent
   (maybe carried out) or not (not carried out);
+* an HTTP transport tells of each request the server never processed (a failed connect, a
+  session the server no longer knows: ``tether.mcp.http``): such a call was not carried out,
+  whatever became of the connection; a session that is over ends the link;
 * the read stream's end means the server is gone (a stdio server that exited closes its
   stdout); the link then ends and says so to its owner (``on_lost``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, cast
 
@@ -34,9 +38,6 @@ if TYPE_CHECKING:
 
 #: The ``_meta`` key of a ``tools/call`` request that carries the runtime's idempotency key.
 KEY_META = "tether/idempotency_key"
-#: Seconds a call whose connection closed waits for the transport to wind down, to learn
-#: whether the server was reached (the SDK's stdio shutdown is bounded at a few seconds).
-_SETTLE = 10.0
 
 
 class Link:
@@ -49,8 +50,8 @@ class Link:
         self.ended = anyio.Event()  # set once the connection is over, whatever way
         self.why: str | None = None  # why it ended (or never came up)
         self.sent: set[str] = set()  # keys of tools/call requests handed to the transport
-        # the transport failed without reaching the server: nothing in flight was delivered
-        self.never_reached = False
+        # keys of tools/call requests the transport knows the server never processed, and why
+        self.unprocessed: dict[str, str] = {}
         self._on_lost = on_lost
         self._stop = anyio.Event()
         self._closing = False
@@ -66,12 +67,13 @@ class Link:
         from mcp import Client
 
         try:
-            async with Client(_Watched(self.server.transport(), self), cache=None) as client:
+            async with Client(
+                _Watched(self.server.transport(self._unprocessed), self), cache=None
+            ) as client:
                 self.client = client
                 self.up.set()
                 await self._stop.wait()
         except Exception as exc:  # noqa: BLE001 - any failure ends the link, and is its reason
-            self.never_reached = self.server.never_reached(exc)
             self.lost(_described(exc))
         finally:
             self.client = None
@@ -105,6 +107,16 @@ class Link:
             self.why = why
         self._stop.set()
 
+    def _unprocessed(self, body: bytes, why: str, session_over: bool) -> None:
+        """The transport knows that the server never processed the request ``body``. When
+        the session is over (HTTP 404: the server restarted, or ended it), so is the
+        connection: its owner connects again, with a new session."""
+        key = _call_key_in(body)
+        if key is not None:
+            self.unprocessed[key] = why
+        if session_over:
+            self.lost(why)
+
     def close(self) -> None:
         """End the connection (the server process is stopped by its transport)."""
         self._closing = True
@@ -137,14 +149,14 @@ class Link:
             meta = cast("RequestParamsMeta", {KEY_META: key})
             return await client.call_tool(remote, arguments, meta=meta)
         except MCPError as exc:
+            unprocessed = self.unprocessed.get(key)
+            if unprocessed is not None:
+                raise McpNotConnected(
+                    tool, f"{self._where()}: {unprocessed}; the request was not sent"
+                ) from None
             if exc.code == CONNECTION_CLOSED:
-                if key in self.sent:
-                    # Whether the transport ever reached the server is known once it has
-                    # wound down (an HTTP connect that failed: nothing was delivered).
-                    with anyio.move_on_after(_SETTLE):
-                        await self.ended.wait()
                 why = self.why or exc.message
-                if key not in self.sent or self.never_reached:
+                if key not in self.sent:
                     raise McpNotConnected(
                         tool,
                         f"{self._where()}: the connection closed ({why}); the request was not sent",
@@ -160,6 +172,7 @@ class Link:
             ) from None
         finally:
             self.sent.discard(key)
+            self.unprocessed.pop(key, None)
 
     def _client(self, tool: str | None) -> Client:
         client = self.client
@@ -253,12 +266,25 @@ class _Writer(_Stream):
             raise
 
 
-def _call_key(item: Any) -> str | None:
-    """The idempotency key of a ``tools/call`` request, None for any other message."""
-    message = getattr(item, "message", None)
-    if getattr(message, "method", None) != "tools/call":
+def _call_key_in(body: bytes) -> str | None:
+    """The idempotency key of the ``tools/call`` request whose JSON body is ``body``."""
+    try:
+        message = json.loads(body) if body else None
+    except ValueError:
         return None
-    params = getattr(message, "params", None)
+    params = message.get("params") if isinstance(message, dict) else None
+    return _key_in(message.get("method") if isinstance(message, dict) else None, params)
+
+
+def _key_in(method: object, params: object) -> str | None:
+    if method != "tools/call":
+        return None
     meta = params.get("_meta") if isinstance(params, dict) else None
     key = meta.get(KEY_META) if isinstance(meta, dict) else None
     return key if isinstance(key, str) else None
+
+
+def _call_key(item: Any) -> str | None:
+    """The idempotency key of a ``tools/call`` request, None for any other message."""
+    message = getattr(item, "message", None)
+    return _key_in(getattr(message, "method", None), getattr(message, "params", None))

@@ -13,12 +13,15 @@ from __future__ import annotations
 import abc
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError
+
+if TYPE_CHECKING:  # the module imports the mcp SDK, an extra: at run time, when connecting
+    from tether.mcp.http import Unprocessed
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: Seconds a connection may take to start (spawn and handshake) before the start fails.
@@ -55,8 +58,10 @@ class McpServer(abc.ABC):
         self.wait_connected = _seconds(where, "wait_connected", wait_connected)
 
     @abc.abstractmethod
-    def transport(self) -> AbstractAsyncContextManager[Any]:
-        """A new transport (the mcp SDK's ``Transport``): entered once per connection."""
+    def transport(self, unprocessed: Unprocessed) -> AbstractAsyncContextManager[Any]:
+        """A new transport (the mcp SDK's ``Transport``): entered once per connection. It
+        tells ``unprocessed`` of each request it knows the server never processed
+        (``tether.mcp.http``); one it cannot tell of is taken as maybe carried out."""
 
     @abc.abstractmethod
     def describe(self) -> str:
@@ -65,11 +70,6 @@ class McpServer(abc.ABC):
     @abc.abstractmethod
     def identity(self) -> tuple[object, ...]:
         """What makes two server objects the same server (one name, one server)."""
-
-    def never_reached(self, exc: BaseException) -> bool:
-        """Whether ``exc``, which ended a connection, says that the server was never reached:
-        then no request in flight was delivered (not carried out)."""
-        return False
 
 
 class StdioServer(McpServer):
@@ -105,7 +105,9 @@ class StdioServer(McpServer):
         default = f"{Path(command).name}-{hashlib.sha256(line.encode()).hexdigest()[:8]}"
         self._common(name, _clean(default), connect_timeout, wait_connected)
 
-    def transport(self) -> AbstractAsyncContextManager[Any]:
+    def transport(self, unprocessed: Unprocessed) -> AbstractAsyncContextManager[Any]:
+        """A request handed to a stdio transport may have been read by the server: none is
+        told of as unprocessed."""
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         params = StdioServerParameters(
@@ -143,14 +145,20 @@ class HttpServer(McpServer):
         default = f"{host}-{hashlib.sha256(url.encode()).hexdigest()[:8]}"
         self._common(name, _clean(default), connect_timeout, wait_connected)
 
-    def transport(self) -> AbstractAsyncContextManager[Any]:
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+    def transport(self, unprocessed: Unprocessed) -> AbstractAsyncContextManager[Any]:
+        return self._transport(unprocessed)
 
-        if self.headers is None:
-            return streamable_http_client(self.url)
-        client = create_mcp_http_client(headers=self.headers)
-        return streamable_http_client(self.url, http_client=client)
+    @asynccontextmanager
+    async def _transport(self, unprocessed: Unprocessed) -> AsyncIterator[Any]:
+        """The SDK's streamable HTTP transport over an HTTP client that tells which requests
+        the server never processed (``tether.mcp.http``)."""
+        from mcp.client.streamable_http import streamable_http_client
+
+        from tether.mcp.http import WatchingClient
+
+        client = WatchingClient(unprocessed, self.headers)
+        async with client, streamable_http_client(self.url, http_client=client) as streams:
+            yield streams
 
     def describe(self) -> str:
         return f"streamable HTTP: {self.url.split('?', 1)[0]}"
@@ -158,16 +166,6 @@ class HttpServer(McpServer):
     def identity(self) -> tuple[object, ...]:
         headers = tuple(sorted(self.headers.items())) if self.headers is not None else None
         return ("http", self.url, headers)
-
-    def never_reached(self, exc: BaseException) -> bool:
-        """Every failure is a failed connect (refused, unreachable, timed out connecting): the
-        requests were never delivered. The SDK's task groups wrap them in groups."""
-        import httpx2
-
-        found = leaves(exc)
-        return bool(found) and all(
-            isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) for e in found
-        )
 
 
 def leaves(exc: BaseException) -> list[BaseException]:

@@ -119,13 +119,21 @@ async def _connected(server: McpServer) -> AsyncIterator[Link]:
     """A link of our own for one use (listing, a call outside any runtime), entered and
     exited in the caller's task, whose task group runs the link."""
     link = Link(server)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(link.run)
-        try:
-            await link.wait_up(server.connect_timeout)
-            yield link
-        finally:
-            link.close()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(link.run)
+            try:
+                await link.wait_up(server.connect_timeout)
+                yield link
+            finally:
+                link.close()
+    except BaseExceptionGroup as group:
+        # The task group may wrap what its body raised (McpNotConnected, the call's own
+        # error): the caller gets that error, as from any tool. (link.run raises nothing.)
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            error = group.exceptions[0]
+            raise error from error.__cause__  # not from the group, which holds it
+        raise
 
 
 def build(server: McpServer, listed: list[McpTool], **choices: Unpack[Choices]) -> tuple[Tool, ...]:

@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from tether.actors.context import ChatMessage, ContextBundle, ToolCallRecord
+from tether.actors.messages import TOO_DEEP, nesting_problem
 from tether.actors.model import Decision, FinalAnswer, ModelRequest, ToolCall, ToolCalls, Usage
 
 _SHOWN = 500  # characters of malformed arguments quoted back to the model
@@ -193,14 +194,23 @@ def parse_arguments(raw: object) -> tuple[dict[str, Any], str]:
             args = json.loads(text)
         except json.JSONDecodeError as exc:
             return {}, f"the arguments are not valid JSON: {exc}: {_cut(text)}"
+        except RecursionError:  # deeper than json's parser goes, so far beyond the limit
+            return {}, f"the arguments cannot be stored: {TOO_DEEP}"
         if not isinstance(args, dict):
             return {}, f"the arguments are not a JSON object: {_cut(text)}"
     else:
         return {}, f"the arguments are not valid JSON: {_cut(repr(raw))}"
     try:
-        msgspec.msgpack.encode(args)  # what the journal will have to store
+        encoded = msgspec.msgpack.encode(args)  # what the journal will have to store
+        too_deep = nesting_problem(args, encoded)
     except (OverflowError, TypeError, ValueError) as exc:
         return {}, f"the arguments cannot be stored: {exc}"
+    except RecursionError:
+        too_deep = TOO_DEEP
+    if too_deep is not None:
+        # Told to the model, as invalid JSON is: recorded as they came, they could not be
+        # stored, and the model's whole decision (the task with it) would be lost.
+        return {}, f"the arguments cannot be stored: {too_deep}"
     return args, ""
 
 

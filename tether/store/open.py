@@ -253,7 +253,7 @@ def _postgres(
     schema: str | None = None,
     readers: int = 2,
     statement_timeout: float = 30.0,
-    idle_in_transaction_timeout: float = 60.0,
+    idle_in_transaction_timeout: float = 10.0,
     retry_for: float = 30.0,
 ) -> Store:
     """A ``PostgresStore`` (it judges leases on the server's clock: ``clock`` is not used)."""

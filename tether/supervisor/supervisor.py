@@ -240,6 +240,10 @@ class Supervisor(Actor[SupervisorState]):
                 failure = await ctx.start_child(self.id, entry, revive=fresh, initial=True)
             except ActorIdTaken as exc:
                 failure = str(exc)
+            except ConfigError as exc:
+                # Refused before it could start (its arguments, an id kept for a guard): as
+                # failed a start as any, and never better the next time this supervisor starts.
+                failure = f"{type(exc).__name__}: {exc}"
             if failure is not None:
                 for done in reversed(started):
                     await ctx.shutdown_actor(done.child_id, done.shutdown, "stopped")

@@ -1,4 +1,4 @@
-// The console's own script: deadline countdowns, and htmx's CSRF header. No inline script
+// The console's own script: deadline countdowns, htmx's CSRF header, and confirmations. No inline script
 // anywhere (the Content-Security-Policy allows scripts from the console itself only).
 (function () {
   "use strict";
@@ -28,6 +28,11 @@
     setInterval(tick, 1000);
   });
   document.addEventListener("htmx:afterSwap", tick);
+  // A form that cannot be undone asks first (data-confirm: the question).
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
   document.addEventListener("htmx:configRequest", function (event) {
     var meta = document.querySelector('meta[name="csrf-token"]');
     if (meta) event.detail.headers["X-CSRF-Token"] = meta.getAttribute("content");

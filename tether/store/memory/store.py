@@ -3,27 +3,32 @@
 It is what ``Runtime(":memory:")`` uses. It shares nothing between processes and survives
 nothing, so it is for tests of actor logic, never for durability. Its writes never wait: it
 offers them to the committer as its ``immediate`` path (``tether.store.protocol``).
+
+Its parts, as ``SqliteStore``'s: the tables (``tables.py``), the writes of a batch
+(``writes.py``), the effects ledger and approvals (``ledger.py``), the audit log
+(``audit.py``), an id given to a new actor (``reuse.py``); here, the reads, the runtimes and
+their leases, the dead letters and retention.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
 from tether.store.admin import OnCorrupt
-from tether.store.memory import writes
-from tether.store.memory.tables import Row, Tables, due
+from tether.store.memory import reuse, writes
+from tether.store.memory.audit import AuditLog
+from tether.store.memory.ledger import Ledger
+from tether.store.memory.tables import Row, due
 from tether.store.protocol import ImmediateWrites
 from tether.store.reads import BatchedReads, Read, read_one_by_one
 from tether.store.records import (
     ActorRecord,
-    ApprovalRecord,
     AuditRecord,
     Batch,
     BatchResult,
     DeadLetter,
-    EffectRecord,
     JournalRow,
     MessageCursor,
     MessagePage,
@@ -34,11 +39,10 @@ from tether.store.records import (
     Snapshot,
     StoredMessage,
 )
-from tether.store.reuse import UNSETTLED, left_in_mailbox, reuse_blockers
 from tether.store.sequence import cursor_at, seq_after
 
 
-class MemoryStore(Tables):
+class MemoryStore(Ledger, AuditLog):
     """A store in process memory. See the module docstring.
 
     Args:
@@ -228,6 +232,8 @@ class MemoryStore(Tables):
         self._check()
         return sorted(self.watches.get(actor_id, set()))
 
+    # -- runtimes and their leases -------------------------------------------------------------
+
     async def renew_leases(self, owner: str, ttl: float) -> None:
         self._check()
         expires = self.clock() + ttl
@@ -250,6 +256,12 @@ class MemoryStore(Tables):
             if rec.lease_owner == runtime_id:
                 self.actors[k] = msgspec.structs.replace(rec, lease_owner=None, lease_expires=0.0)
 
+    # -- dead letters and retention -----------------------------------------------------------
+
+    async def reuse_id(self, record: ActorRecord, *, dependents: Sequence[str] = ()) -> list[str]:
+        self._check()
+        return reuse.reuse_id(self, record, dependents)
+
     async def dead_letters(
         self,
         actor_id: str | None = None,
@@ -263,50 +275,6 @@ class MemoryStore(Tables):
     async def dead_letter(self, msg_id: str) -> DeadLetter | None:
         self._check()
         return self.dead.get(msg_id)
-
-    async def reuse_id(self, record: ActorRecord, *, dependents: Sequence[str] = ()) -> list[str]:
-        self._check()
-        actor_id = record.actor_id
-        old = self.actors.get(actor_id)
-        mine = sorted(
-            (e for e in self.effects.values() if e.actor_id == actor_id),
-            key=lambda e: (e.created_at, e.msg_id, e.idx),
-        )
-        unsettled = [(e.key, e.tool, e.status) for e in mine if e.status in UNSETTLED]
-        blockers = reuse_blockers(actor_id, None if old is None else old.status, unsettled)
-        if blockers or old is None:
-            return blockers
-        gone = {actor_id, *dependents}
-        # What PREDECESSOR_ROWS names, table by table.
-        for a in gone:
-            self.journal.pop(a, None)
-            self.snapshots.pop(a, None)
-        for slot in [s for s, e in self.effects.items() if e.actor_id in gone]:
-            del self.effects[slot]
-        for rid in [r for r, a in self.approvals.items() if a.actor_id in gone]:
-            del self.approvals[rid]
-        for k in [k for k in self.dedup if k[0] in gone]:
-            del self.dedup[k]
-        for watchers in self.watches.values():
-            watchers.difference_update(gone)
-        for a in dependents:
-            dep = self.actors.get(a)
-            if dep is not None:
-                self.actors[a] = msgspec.structs.replace(
-                    dep, fence=dep.fence + 1, lease_owner=None, lease_expires=0.0
-                )
-        why = left_in_mailbox(actor_id)
-        for msg_id in [m for m, r in self.mailbox.items() if r.msg.actor_id == actor_id]:
-            writes.dead_letter(self, msg_id, why, record.created_at)
-        self.actors[actor_id] = msgspec.structs.replace(
-            record,
-            status="active",
-            stop_reason=None,
-            fence=old.fence,
-            lease_owner=None,
-            lease_expires=0.0,
-        )
-        return []
 
     async def retry_dead_letter(
         self, msg_id: str, now: float, *, audit: AuditRecord | None = None
@@ -346,148 +314,3 @@ class MemoryStore(Tables):
         for m in old_replies:
             del self.replies[m]
         return len(old_keys) + len(old_replies)
-
-    # -- the effects ledger -------------------------------------------------------------------
-
-    async def effects_of(self, actor_id: str, msg_id: str) -> list[EffectRecord]:
-        self._check()
-        rows = [e for e in self.effects.values() if e.actor_id == actor_id and e.msg_id == msg_id]
-        return sorted(rows, key=lambda e: e.idx)
-
-    async def find_effects(
-        self,
-        *,
-        actor_id: str | None = None,
-        status: str | None = None,
-        key: str | None = None,
-        on_corrupt: OnCorrupt | None = None,
-    ) -> list[EffectRecord]:
-        self._check()
-        rows = [
-            e
-            for e in self.effects.values()
-            if (actor_id is None or e.actor_id == actor_id)
-            and (status is None or e.status == status)
-            and (key is None or e.key == key)
-        ]
-        return sorted(rows, key=lambda e: (e.created_at, e.actor_id, e.msg_id, e.idx))
-
-    async def recent_effects(
-        self,
-        actor_id: str,
-        limit: int,
-        *,
-        after: float | None = None,
-        exclude_tools: Collection[str] = (),
-    ) -> list[EffectRecord]:
-        self._check()
-        if limit < 0:
-            raise ValueError(f"recent_effects: limit must be >= 0, not {limit}")
-        rows = sorted(
-            (
-                e
-                for e in self.effects.values()
-                if e.actor_id == actor_id
-                and (after is None or e.created_at > after)
-                and e.tool not in exclude_tools
-            ),
-            key=lambda e: (e.created_at, e.msg_id, e.idx),
-        )
-        return rows[-limit:] if limit else []  # (rows[-0:] would be every row)
-
-    async def resolve_effect(
-        self, key: str, record: EffectRecord, now: float, *, audit: AuditRecord | None = None
-    ) -> EffectRecord | None:
-        self._check()
-        found = [e for e in self.effects.values() if e.key == key and e.status == "quarantined"]
-        if not found:
-            return None
-        old = found[0]
-        writes.upsert_effect(self, record)
-        writes.unpark(self, old.msg_id, now)
-        self.append_audit_row(audit)
-        return record
-
-    async def unpark(self, msg_id: str, now: float) -> bool:
-        self._check()
-        return writes.unpark(self, msg_id, now)
-
-    async def find_approvals(
-        self,
-        *,
-        status: str | None = None,
-        actor_id: str | None = None,
-        request_id: str | None = None,
-        on_corrupt: OnCorrupt | None = None,
-    ) -> list[ApprovalRecord]:
-        # Records are kept decoded here: nothing can be corrupt, so on_corrupt is never called.
-        self._check()
-        rows = [
-            a
-            for a in self.approvals.values()
-            if (status is None or a.status == status)
-            and (actor_id is None or a.actor_id == actor_id)
-            and (request_id is None or a.request_id == request_id)
-        ]
-        return sorted(rows, key=lambda a: (a.created_at, a.request_id))
-
-    async def update_approval(
-        self,
-        record: ApprovalRecord,
-        expected_version: int,
-        *,
-        audit: AuditRecord | None = None,
-        notices: Sequence[NewMessage] = (),
-    ) -> bool:
-        self._check()
-        old = self.approvals.get(record.request_id)
-        if old is None or old.version != expected_version:
-            return False
-        self.approvals[record.request_id] = record
-        if record.status != "pending":
-            writes.unpark(self, record.msg_id, record.decided_at or 0.0)
-        result = BatchResult()
-        for m in notices:
-            writes.insert(self, m, result)
-        self.append_audit_row(audit)
-        return True
-
-    async def append_audit(self, record: AuditRecord) -> int:
-        self._check()
-        return self.append_audit_row(record)
-
-    async def list_audit(
-        self,
-        *,
-        target: str | None = None,
-        actor_id: str | None = None,
-        before: int | None = None,
-        limit: int = 100,
-    ) -> list[AuditRecord]:
-        self._check()
-        if limit < 0:
-            raise ValueError(f"list_audit: limit must be >= 0, not {limit}")
-        out: list[AuditRecord] = []
-        for a in reversed(self.audit):
-            if len(out) >= limit:
-                break
-            if (
-                (target is None or a.target == target)
-                and (actor_id is None or a.actor_id == actor_id)
-                and (before is None or a.seq < before)
-            ):
-                out.append(a)
-        return out
-
-    async def purge_receipts(self, before: float) -> int:
-        self._check()
-        old = [
-            slot
-            for slot, e in self.effects.items()
-            if e.status in ("done", "failed", "aborted")
-            and e.updated_at < before
-            and e.msg_id not in self.mailbox
-        ]
-        for slot in old:
-            del self.effects[slot]
-        return len(old)

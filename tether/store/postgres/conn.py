@@ -3,12 +3,16 @@
 * Each connection lives on one thread (``PgConnection``), as the SQLite store's do: a whole
   transaction runs there as one function, in one thread hop, with psycopg's synchronous API
   (its ``executemany`` pipelines the statements: one round trip for many rows).
-* Every connection is set up the same way (``Settings``): TCP keepalives (a peer that
-  vanished is noticed in about a minute, not hours), ``statement_timeout`` and
+* Every connection is set up the same way (``Settings``): TCP keepalives on both ends (a
+  peer that vanished is noticed in about a minute, not hours: by the store, and by the
+  server, which then frees the dead host's connection slot), ``statement_timeout`` and
   ``idle_in_transaction_session_timeout`` (a stuck statement or an abandoned transaction
-  cannot hold locks for ever), the store's schema as ``search_path``. All are plain ``SET``
-  commands after connecting, never startup options, so that the store works behind
-  PgBouncer in session mode, which refuses unknown startup parameters.
+  cannot hold locks for ever), the store's schema as ``search_path``. The server's side
+  settings are plain ``SET`` commands after connecting, never startup options, so that the
+  store works behind PgBouncer in session mode, which refuses unknown startup parameters.
+* The idle timeout is also what ends a transaction cut off by a silent network fault (the
+  server heard nothing): the writer's retry of that batch waits for it (``writer.py``), so it
+  is shorter, by default, than both ``retry_for`` and ``statement_timeout``.
 * A connection that broke (its backend terminated, the server restarted, the network cut)
   is dropped and made again on the next call (``call`` retries a read once on a new one).
 """
@@ -43,6 +47,15 @@ _DEFAULT_PARAMS = {
     "application_name": "tether",
 }
 
+#: The same keepalives on the server's end of each connection (seconds, probes): without
+#: them a backend whose host vanished holds its connection slot for the operating system's
+#: default of two hours, and ``max_connections`` fills with the dead.
+_SERVER_KEEPALIVES = {
+    "tcp_keepalives_idle": sql.Literal(30),
+    "tcp_keepalives_interval": sql.Literal(10),
+    "tcp_keepalives_count": sql.Literal(3),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -60,7 +73,7 @@ class Settings:
     dsn: str
     schema: str | None = None
     statement_timeout: float = 30.0
-    idle_in_transaction_timeout: float = 60.0
+    idle_in_transaction_timeout: float = 10.0
 
     def conninfo(self) -> str:
         given = conninfo_to_dict(self.dsn)
@@ -80,6 +93,8 @@ class Settings:
                         sql.Identifier(name), sql.Literal(f"{int(seconds * 1000)}ms")
                     )
                 )
+            for name, value in _SERVER_KEEPALIVES.items():
+                conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(name), value))
             if self.schema is not None:
                 conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
         except BaseException:
@@ -106,6 +121,10 @@ class PgConnection:
         self.name = name
         self._executor: ThreadPoolExecutor | None = None  # made by open, gone after close
         self.conn: Conn | None = None
+        # the server's backend serving ``conn`` directly: its pid and its start, which tell it
+        # from a later backend given the same pid. None behind a pooler (PgBouncer gives the
+        # client a pid of its own): the server's backend may serve another client later.
+        self.backend: tuple[int, Any] | None = None
 
     def _thread(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -124,12 +143,22 @@ class PgConnection:
         if self.conn is not None and (self.conn.closed or self.conn.broken):
             self.drop()
         if self.conn is None:
-            self.conn = self.settings.connect()
+            conn = self.settings.connect()
+            try:
+                found = conn.execute(
+                    "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                ).fetchone()
+                direct = found is not None and found[0] == conn.info.backend_pid
+                self.backend = (int(found[0]), found[1]) if found is not None and direct else None
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
         return self.conn
 
     def drop(self) -> None:
         """Forget a broken connection (closing what is left of it); on the connection's thread."""
-        conn, self.conn = self.conn, None
+        conn, self.conn, self.backend = self.conn, None, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()

@@ -9,6 +9,11 @@ the channel, waking the runtime's scheduler at once (``ChangeFeed``). A store ig
 own notices (their payload is its id). A lost listening connection is made again after a
 pause, and the runtime is woken once then, in case notices were missed.
 
+A batch's notice, when one is due, rides its pipeline after the commit (``inline``): no round
+trip of the writer's own. A commit that found none due (one was sent less than ``_EVERY``
+ago) has its notice sent by a task of this store ``_EVERY`` later, covering every commit
+since.
+
 LISTEN needs a session of its own: it works behind PgBouncer in session mode, not in
 transaction mode (where the scan's polling alone carries the work).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 import zlib
 from collections.abc import Callable
@@ -48,6 +54,7 @@ class Notices:
         self._wakes: list[Callable[[], None]] = []
         self._pending: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._last = 0.0  # time.monotonic() of the last notice sent (either thread sets it)
 
     def listen(self, wake: Callable[[], None]) -> None:
         """``ChangeFeed.listen``: the first caller starts the listening connection."""
@@ -55,8 +62,19 @@ class Notices:
         if len(self._wakes) == 1 and self.channel is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(self._listen()))
 
+    def inline(self, conn: Conn) -> bool:
+        """On the writer's thread, in the pipeline of a batch that just committed: queue the
+        notice there if one is due (``_EVERY`` since the last one); whether it did."""
+        now = time.monotonic()
+        if self.channel is None or now - self._last < _EVERY:
+            return False
+        self._last = now
+        self._send(conn)
+        return True
+
     def committed(self) -> None:
-        """A write of this store committed: tell the others (soon, batched)."""
+        """A write of this store committed and no notice followed it: tell the others (soon,
+        batched)."""
         if self.channel is None:
             return
         if self._pending is None:
@@ -85,6 +103,7 @@ class Notices:
             pending.clear()
             # A notice that cannot be sent is a hint lost: the others poll all the same.
             with contextlib.suppress(psycopg.Error, StoreError):
+                self._last = time.monotonic()
                 await self.writer.call(self._send)
             await asyncio.sleep(_EVERY)
 

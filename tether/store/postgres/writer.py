@@ -12,19 +12,34 @@ the writer does:
   its result there. Run again on a new connection, under the same id, it either commits (the
   first attempt never did) or finds the id taken — its insert waits for the first attempt's
   transaction to end if that is still running on the old backend — and returns the stored
-  result instead. So a write is applied once, never lost and never doubled.
+  result instead. So a write is applied once, never lost and never doubled. The retry first
+  ends the old backend, when the server still runs it and the connection was direct
+  (``_end_backend``): a transaction cut off by a silent network fault would otherwise hold
+  the batch id, and its locks, until the server's timeouts ended it.
 * The server stays unreachable past ``retry_for`` seconds: ``StoreError``, saying whether
   the outcome is known. An unknown outcome stays unknown to the caller; it is never guessed.
+
+A batch of the group committer runs in *pipeline mode*: its statements are sent without
+waiting for each one's answer, the transaction costing two round trips instead of one per
+statement — one to read the fences (``writes.check_fences``: the statements after it depend
+on it), one for the rest and the commit. A statement whose answer the batch needs (a spawn's
+record, a lease won) waits for it, an extra round trip for those batches only. On a machine
+whose cores the server shares, each round trip waits for both processes to be scheduled:
+they, not the server's work, were most of a batch's time. After the commit, in the same
+pipeline, goes the store's notice when one is due (``then``): outside the write transaction,
+without a round trip of its own.
 
 Old rows of ``batches`` are deleted now and then (a retry comes seconds after its attempt).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import psycopg
@@ -32,6 +47,7 @@ from psycopg import errors
 
 from tether.errors import StoreError
 from tether.store.postgres.conn import Conn, PgConnection, Settings, broken
+from tether.store.postgres.writes import refusal
 
 T = TypeVar("T")
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -57,31 +73,45 @@ class Writer:
     async def close(self) -> None:
         await self.conn.close()
 
-    async def run(self, fn: Callable[[Cursor], T], result_type: type[T] | None = None) -> T:
+    async def run(
+        self,
+        fn: Callable[[Cursor], T],
+        result_type: type[T] | None = None,
+        *,
+        pipelined: bool = False,
+        then: Callable[[Conn], None] | None = None,
+    ) -> T:
         """Run ``fn(cursor)`` in one transaction on the writer's thread, exactly once (module
         docstring). ``result_type``: how the stored result decodes when a retry finds the
         first attempt committed (None: ``fn`` returns nothing worth keeping, or a plain
-        value msgpack keeps as is)."""
-        batch_id = uuid.uuid4()
-        return await self.conn.call_raw(self._run, fn, batch_id, result_type)
+        value msgpack keeps as is). ``pipelined``: in pipeline mode, for an ``fn`` that reads
+        no statement's outcome but through ``fetch*`` (``rowcount`` is not known there).
+        ``then(conn)``: called after the commit of a pipelined transaction, its statements
+        sent in the same pipeline (the store's notice)."""
+        job = Job(fn, uuid.uuid4(), result_type, pipelined, then)
+        return await self.conn.call_raw(self._run, job)
 
-    def _run(
-        self, fn: Callable[[Cursor], T], batch_id: uuid.UUID, result_type: type[T] | None
-    ) -> T:
+    def _run(self, job: Job[T]) -> T:
         deadline = time.monotonic() + self.retry_for
         pause = 0.05
         unknown = False  # an attempt's commit may have happened
+        lost: tuple[int, Any] | None = None  # the backend of the connection that broke
         while True:
             conn: Conn | None = None
             try:
                 conn = self.conn.connection()
-                return self._attempt(conn, fn, batch_id, result_type)
+                if lost is not None:
+                    _end_backend(conn, lost)
+                    lost = None
+                return self._attempt(conn, job)
             except _TRANSIENT as exc:
                 if time.monotonic() > deadline:
                     raise StoreError(f"write to {self.where} failed: {exc}") from exc
             except psycopg.Error as exc:
                 if not broken(exc, conn):
-                    raise StoreError(f"write to {self.where} failed: {exc}") from exc
+                    why = refusal(exc) or exc
+                    raise StoreError(f"write to {self.where} failed: {why}") from exc
+                lost = lost or self.conn.backend
                 self.conn.drop()
                 unknown = unknown or conn is not None
                 if time.monotonic() > deadline:
@@ -95,25 +125,19 @@ class Writer:
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
-    def _attempt(
-        self,
-        conn: Conn,
-        fn: Callable[[Cursor], T],
-        batch_id: uuid.UUID,
-        result_type: type[T] | None,
-    ) -> T:
+    def _attempt(self, conn: Conn, job: Job[T]) -> T:
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute("INSERT INTO batches (batch_id) VALUES (%s)", (batch_id,))
-                result = fn(cur)
-                cur.execute(
-                    "UPDATE batches SET result = %s WHERE batch_id = %s",
-                    (msgspec.msgpack.encode(result), batch_id),
-                )
+            if job.pipelined:
+                with conn.pipeline():
+                    result = self._transaction(conn, job)
+                    if job.then is not None:
+                        job.then(conn)
+            else:
+                result = self._transaction(conn, job)
         except errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "batches_pkey":
                 raise
-            return self._committed_before(conn, batch_id, result_type)
+            return self._committed_before(conn, job)
         self._since_purge += 1
         if self._since_purge >= _PURGE_EVERY:
             self._since_purge = 0
@@ -123,11 +147,52 @@ class Writer:
             )
         return result
 
-    def _committed_before(self, conn: Conn, batch_id: uuid.UUID, result_type: type[T] | None) -> T:
+    @staticmethod
+    def _transaction(conn: Conn, job: Job[T]) -> T:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("INSERT INTO batches (batch_id) VALUES (%s)", (job.batch_id,))
+            result = job.fn(cur)
+            cur.execute(
+                "UPDATE batches SET result = %s WHERE batch_id = %s",
+                (msgspec.msgpack.encode(result), job.batch_id),
+            )
+        return result
+
+    def _committed_before(self, conn: Conn, job: Job[T]) -> T:
         """The result an earlier attempt of this batch committed (its outcome was unknown)."""
-        row = conn.execute("SELECT result FROM batches WHERE batch_id = %s", (batch_id,)).fetchone()
+        found = conn.execute("SELECT result FROM batches WHERE batch_id = %s", (job.batch_id,))
+        row = found.fetchone()
         if row is None or row[0] is None:
-            raise StoreError(f"write to {self.where}: batch {batch_id} committed without a result")
-        if result_type is None:
+            raise StoreError(
+                f"write to {self.where}: batch {job.batch_id} committed without a result"
+            )
+        if job.result_type is None:
             return msgspec.msgpack.decode(row[0])  # type: ignore[no-any-return]
-        return msgspec.msgpack.decode(row[0], type=result_type)
+        return msgspec.msgpack.decode(row[0], type=job.result_type)
+
+
+def _end_backend(conn: Conn, backend: tuple[int, Any]) -> None:
+    """End ``backend`` (pid, start) if the server still runs it: the backend of a connection
+    that broke in the middle of a write. Its transaction may still hold the write's locks and
+    batch id with nothing to end it but the server's timeouts (none runs while a pipeline
+    waits for its Sync, and a network cut is heard of only by keepalives). Ended, it rolls
+    back unless it had committed, and the retry finds the batch committed or free at once,
+    instead of waiting for it. A role that may not end it leaves it to the timeouts."""
+    with contextlib.suppress(errors.InsufficientPrivilege):
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid = %s AND backend_start = %s",
+            backend,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Job(Generic[T]):
+    """One write: its function, its batch id (the same in every attempt), how a stored result
+    decodes, whether it runs in pipeline mode, and what follows its commit there."""
+
+    fn: Callable[[Cursor], T]
+    batch_id: uuid.UUID
+    result_type: type[T] | None
+    pipelined: bool
+    then: Callable[[Conn], None] | None

@@ -19,7 +19,6 @@ from typing import Any
 
 import psycopg
 
-from tether.errors import StoreError
 from tether.store.batch_order import BatchPlan, plan
 from tether.store.postgres.rows import (
     ACTOR_COLUMNS,
@@ -54,12 +53,31 @@ SERVER_NOW = "extract(epoch FROM clock_timestamp())::float8"
 UPSERT_EFFECT = (
     f"INSERT INTO effects ({EFFECT_COLUMNS}) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (msg_id, idx) DO UPDATE SET status = excluded.status, "
-    "attempts = excluded.attempts, result = excluded.result, error = excluded.error, "
-    "reason = excluded.reason, history = excluded.history, updated_at = excluded.updated_at "
-    # one actor's row is never rewritten as another's (as in the SQLite store)
-    "WHERE effects.actor_id = excluded.actor_id"
+    # One actor's row is never rewritten as another's (as in the SQLite store): the server
+    # refuses it, a NULL actor_id, with the whole batch (``refusal``). Refused in the
+    # statement itself, not by its count of rows afterwards: a batch in pipeline mode reads
+    # no count before its commit.
+    "ON CONFLICT (msg_id, idx) DO UPDATE SET "
+    "actor_id = CASE WHEN effects.actor_id = excluded.actor_id THEN effects.actor_id END, "
+    "status = excluded.status, attempts = excluded.attempts, result = excluded.result, "
+    "error = excluded.error, reason = excluded.reason, history = excluded.history, "
+    "updated_at = excluded.updated_at"
 )
+
+
+def refusal(exc: psycopg.Error) -> str | None:
+    """What a write of this module refused, said plainly; None for any other error."""
+    if (
+        isinstance(exc, psycopg.errors.NotNullViolation)
+        and exc.diag.table_name == "effects"
+        and exc.diag.column_name == "actor_id"
+    ):
+        return (
+            "an effect's (msg_id, idx) is already held by another actor's effect; "
+            "the batch was rolled back"
+        )
+    return None
+
 
 _INSERT_MESSAGES = (
     "INSERT INTO mailbox (msg_id, actor_id, type, payload, deliver_at, wants_reply, "
@@ -73,6 +91,17 @@ _INSERT_MESSAGES = (
     "d.actor_id = v.actor_id AND d.dedup_key = v.dedup_key AND d.msg_id <> v.msg_id) "
     "ORDER BY v.n"
 )
+
+
+def rows_of(cur: Cursor, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run ``sql`` and read its rows. In pipeline mode (a batch: ``writer.py``) the statements
+    queued so far and this one are sent with a Sync, not a mere flush: until the rest of the
+    transaction comes, the server then holds it as an idle transaction, which
+    ``idle_in_transaction_session_timeout`` ends, freeing its locks, should this process
+    vanish meanwhile. (Between a flush and the next Sync no such timeout runs.)"""
+    with cur.connection.pipeline():
+        cur.execute(sql, params)
+    return cur.fetchall()
 
 
 def apply(cur: Cursor, b: Batch) -> BatchResult:
@@ -114,17 +143,20 @@ def check_fences(cur: Cursor, b: Batch, result: BatchResult) -> None:
     actor's too)."""
     fenced = {(op.actor_id, op.fence) for op in b.fenced()}
     ids = sorted({a for a, _ in fenced})
-    cur.execute(
+    found = rows_of(
+        cur,
         "SELECT actor_id, fence FROM actors WHERE actor_id = ANY(%s) ORDER BY actor_id FOR SHARE",
         (ids,),
     )
-    current: dict[str, int] = dict(cur.fetchall())
+    current: dict[str, int] = dict(found)
     result.stale.update(a for a, fence in fenced if current.get(a) != fence)
 
 
 def actors_in(cur: Cursor, ids: Sequence[str]) -> list[Any]:
-    cur.execute(f"SELECT {ACTOR_COLUMNS} FROM actors WHERE actor_id = ANY(%s)", (list(ids),))
-    return [actor(r) for r in cur.fetchall()]
+    found = rows_of(
+        cur, f"SELECT {ACTOR_COLUMNS} FROM actors WHERE actor_id = ANY(%s)", (list(ids),)
+    )
+    return [actor(r) for r in found]
 
 
 def spawn(cur: Cursor, spawns: list[Spawn], result: BatchResult) -> None:
@@ -167,16 +199,19 @@ def acquire(cur: Cursor, acquires: list[LeaseAcquire], result: BatchResult) -> N
     """Take each lease that is free, expired on the server's clock, the acquirer's, or held by
     an owner that is not a registered runtime; ``result.leases``: the new fence, or None.
 
-    The rows are locked ``FOR UPDATE`` in ``actor_id`` order, and waited for, not skipped
-    (``SKIP LOCKED``): a row may be locked ``FOR SHARE`` by its old owner's batch, and the
-    lease must be judged once that batch has committed (a takeover racing a stale owner's
-    intent: the conformance suite's case). Another runtime claiming the same actor holds its
-    row only for its own short claim; when it commits, this one finds the lease taken."""
+    The rows are claimed ``FOR UPDATE SKIP LOCKED``: a row another transaction holds is not
+    claimed now (None, as for a lease held), and a later claim judges it again. The holder
+    may be its old owner's batch, reading the fence ``FOR SHARE``: the takeover's fence
+    increment must not land under it (I8), and waiting for it would stall this runtime's
+    one writer, every session's writes with it, for as long as that transaction stays open
+    (a host cut off in the middle of one holds it until the server's idle timeout ends it).
+    Another runtime's claim of the same actor holds the row for its short transaction only."""
     first: dict[str, LeaseAcquire] = {}
     for a in acquires:
         first.setdefault(a.actor_id, a)
     wanted = list(first.values())
-    cur.execute(
+    found = rows_of(
+        cur,
         "WITH v AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[]) "
         "AS v(actor_id, owner, ttl)), "
         f"clock AS (SELECT {SERVER_NOW} AS now), "
@@ -184,7 +219,7 @@ def acquire(cur: Cursor, acquires: list[LeaseAcquire], result: BatchResult) -> N
         "WHERE a.status = 'active' AND (a.lease_owner IS NULL OR a.lease_owner = v.owner "
         "OR a.lease_expires < clock.now OR NOT EXISTS "
         "(SELECT 1 FROM runtimes r WHERE r.runtime_id = a.lease_owner)) "
-        "ORDER BY a.actor_id FOR UPDATE OF a) "
+        "ORDER BY a.actor_id FOR UPDATE OF a SKIP LOCKED) "
         "UPDATE actors a SET lease_owner = v.owner, lease_expires = clock.now + v.ttl, "
         "fence = a.fence + 1 FROM v, clock, free "
         "WHERE a.actor_id = v.actor_id AND a.actor_id = free.actor_id "
@@ -195,7 +230,7 @@ def acquire(cur: Cursor, acquires: list[LeaseAcquire], result: BatchResult) -> N
             [a.ttl for a in wanted],
         ),
     )
-    won: dict[str, int] = dict(cur.fetchall())
+    won: dict[str, int] = dict(found)
     for a in acquires:
         result.leases[a.actor_id] = won.get(a.actor_id)
 
@@ -229,13 +264,14 @@ def insert_messages(cur: Cursor, messages: list[NewMessage], result: BatchResult
     )
     if keyed:
         pairs = list({(m.actor_id, m.dedup_key): m.msg_id for m in keyed})
-        cur.execute(
+        found = rows_of(
+            cur,
             "SELECT d.actor_id, d.dedup_key, d.msg_id FROM dedup d "
             "JOIN unnest(%s::text[], %s::text[]) AS v(actor_id, dedup_key) "
             "ON d.actor_id = v.actor_id AND d.dedup_key = v.dedup_key",
             ([a for a, _ in pairs], [k for _, k in pairs]),
         )
-        for actor_id, key, stored in cur.fetchall():
+        for actor_id, key, stored in found:
             for m in keyed:
                 if m.actor_id == actor_id and m.dedup_key == key and m.msg_id != stored:
                     result.duplicates[m.msg_id] = stored
@@ -316,14 +352,8 @@ def fail_attempts(cur: Cursor, failures: list[AttemptFailed]) -> None:
 def write_effects(cur: Cursor, effects: list[EffectRecord]) -> None:
     """Insert or update ledger rows (I4), in order (an intent and its receipt may share a
     batch). A row of another actor under the same slot is never rewritten: the batch is
-    refused instead, so no intent goes unrecorded."""
-    rows = [effect_row(e) for e in effects]
-    cur.executemany(UPSERT_EFFECT, rows)
-    if cur.rowcount != len(rows):
-        raise StoreError(
-            "an effect's (msg_id, idx) is already held by another actor's effect; "
-            "the batch was rolled back"
-        )
+    refused instead (``UPSERT_EFFECT``), so no intent goes unrecorded."""
+    cur.executemany(UPSERT_EFFECT, [effect_row(e) for e in effects])
 
 
 def park(cur: Cursor, parks: list[Park]) -> None:
@@ -357,8 +387,10 @@ def stop(cur: Cursor, stops: list[StopActor]) -> None:
     )
     pending: list[tuple[str, str, float]] = []
     for st in stops:
-        cur.execute("SELECT msg_id FROM mailbox WHERE actor_id = %s ORDER BY seq", (st.actor_id,))
-        pending.extend((m, f"actor {st.status}: {st.reason}", st.now) for (m,) in cur.fetchall())
+        found = rows_of(
+            cur, "SELECT msg_id FROM mailbox WHERE actor_id = %s ORDER BY seq", (st.actor_id,)
+        )
+        pending.extend((m, f"actor {st.status}: {st.reason}", st.now) for (m,) in found)
     if pending:
         dead_letter(cur, pending)
     cur.executemany(
@@ -374,11 +406,12 @@ def stop(cur: Cursor, stops: list[StopActor]) -> None:
 def dead_letter(cur: Cursor, rows: Sequence[tuple[str, str, float]]) -> None:
     """Move mailbox rows ``(msg_id, reason, at)`` to dead letters, answering any waiting ask
     with its error history (the errors recorded on the message, then the reason)."""
-    cur.execute(
+    found = rows_of(
+        cur,
         "SELECT msg_id, errors FROM mailbox WHERE wants_reply AND msg_id = ANY(%s)",
         ([m for m, _, _ in rows],),
     )
-    asked = {m: decode_errors(errors, m) for m, errors in cur.fetchall()}
+    asked = {m: decode_errors(errors, m) for m, errors in found}
     if asked:
         cur.executemany(
             "INSERT INTO replies (msg_id, actor_id, ok, payload, created_at) "
