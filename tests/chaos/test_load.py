@@ -79,9 +79,9 @@ def test_active_cells_drop_back_after_passivation(load_run: dict[str, Any]) -> N
     for key in (
         "claimed",
         "replies",
-        "_activating",
-        "_not_before",
-        "_failures",
+        "activation.activating",
+        "activation.not_before",
+        "activation.failures",
         "supervision.held",
         "supervision.failures",
     ):
@@ -94,7 +94,7 @@ def test_no_per_actor_bookkeeping_outlives_passivation(load_run: dict[str, Any])
     a long-lived runtime serving ever new session ids must not grow by one entry per id."""
     for books in (load_run["books_after_drain"], load_run["sample"]["books_after"]):
         assert books["guards._locks"] <= 2, books
-        assert books["_known"] <= books["cells"] + 2, books
+        assert books["registry.known"] <= books["cells"] + 2, books
 
 
 # -- the loop guard across its own passivation -------------------------------------------------

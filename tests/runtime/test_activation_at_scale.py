@@ -15,8 +15,8 @@ import pytest
 
 import tether
 from tests import sample_actors as s
-from tether.runtime import activations
-from tether.runtime.activations import ActivationQueue
+from tether.runtime import activation_queue
+from tether.runtime.activation_queue import ActivationQueue
 from tether.runtime.cell import Cell
 from tether.store.reads import Read
 
@@ -72,7 +72,7 @@ async def test_the_queue_activates_in_the_order_found_never_more_than_its_bound_
 async def test_an_activation_slow_to_catch_up_gives_its_place_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(activations, "_SLOT_WAIT", 0.05)
+    monkeypatch.setattr(activation_queue, "_SLOT_WAIT", 0.05)
     started: list[str] = []
 
     async def activate(actor_id: str) -> Cell | None:

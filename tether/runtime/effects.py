@@ -18,6 +18,12 @@ committed under the actor's current fence, so a stale owner (I8) never calls a t
 A step that must wait for a person (a quarantined effect) is suspended: ``StepSuspended``
 unwinds the handler and the cell parks the message; resolving the effect unparks it, and the
 step replays from the start with every earlier effect answered from the ledger.
+
+A new call passes, in order, the loop detector and the breaker (``admission.py``), then the
+approval gate (``gate.py``), then the ledger (here); an ambiguous or interrupted call, and a
+determinism violation, go to the tool's recovery policy (``recovery.py``). Each part is typed
+against the protocol of what it touches of the call (``AdmittedCall``, ``GatedCall``,
+``RecoveringCall``), which ``_Effect`` meets.
 """
 
 from __future__ import annotations
@@ -25,41 +31,35 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import msgspec
 
 from tether import telemetry
-from tether.actors.guards.breaker import CallToken, Refused
 from tether.actors.messages import UNENCODABLE, nesting_problem
-from tether.actors.tool import Done, NotDone, Tool, Unknown, classify
-from tether.errors import (
-    ConfigError,
-    DeterminismViolation,
-    EffectAborted,
-    EffectInterrupted,
-    LoopDetected,
-    StepSuspended,
-    ToolFailed,
-    ToolUnavailable,
-    TransientToolError,
-)
+from tether.actors.tool import Tool, classify
+from tether.errors import ConfigError, EffectAborted, StepSuspended, ToolFailed, ToolUnavailable
 from tether.runtime import gate
-from tether.runtime.gate import EffectCell
+from tether.runtime.admission import admit, observe_result, record_outcome, watch_loops
+from tether.runtime.effect_host import EffectCell
 from tether.runtime.interrupts import CallInterrupted, Interruptible
 from tether.runtime.kernel import Staged
+from tether.runtime.recovery import (
+    ambiguous,
+    describe,
+    interrupted,
+    retry_delay,
+    shown,
+    suspend,
+    type_name,
+    violation,
+)
 from tether.runtime.step import Step
 from tether.store.records import EffectRecord, EffectWrite
 
 if TYPE_CHECKING:
     from tether.runtime.guards import BreakerGuard, LoopWatch
     from tether.store.records import StoredMessage
-
-
-def result_hash(blob: bytes) -> str:
-    """What the loop guard compares of a result: a hash of its recorded (msgpack) form."""
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def effect_key(actor_id: str, msg_id: str, idx: int, tool: str, input_hash: str) -> str:
@@ -175,7 +175,7 @@ class _Effect:
         if recorded is not None and (
             recorded.tool != self.tool.name or recorded.input_hash != self.input_hash
         ):
-            return await self._violation(recorded)
+            await violation(self, recorded)
         if recorded is None or recorded.status in ("pending", "retry"):
             # About to call: loop detector -> breaker -> gate -> ledger (DESIGN §6). The loop
             # detector sees each call once (a replay of its slot is not a new call, and a
@@ -184,11 +184,11 @@ class _Effect:
             # which arguments it runs (as approved, perhaps modified).
             asked = await gate.approval_for(self)
             if recorded is None and asked is None:
-                await self._watch_loops()
+                await watch_loops(self)
             self.breaker = await self.cell.runtime.guards.breaker(self.tool)
             await gate.judge(self, asked)
         if recorded is None:
-            return await self._call(self._record("pending", attempts=1), first=True)
+            return await self.call(self._record("pending", attempts=1), first=True)
         match recorded.status:
             case "done":
                 return self._replay_done(recorded)
@@ -201,13 +201,13 @@ class _Effect:
                 self._mark_replayed(recorded)
                 raise EffectAborted(self.tool.name, self.key, recorded.reason or "aborted")
             case "quarantined":
-                self._suspend(recorded.reason or "quarantined", None)
+                suspend(self, recorded.reason or "quarantined", None)
             case "retry":
                 self.log.info("effect_retry_approved", attempt=recorded.attempts + 1)
-                return await self._call(self._next_attempt(recorded, "retry approved"))
+                return await self.call(self.next_attempt(recorded, "retry approved"))
             case _:  # "pending": the intent is recorded, the outcome is not
                 why = f"attempt {recorded.attempts} did not report back (the process stopped)"
-                return await self._ambiguous(recorded, why)
+                return await ambiguous(self, recorded, why)
 
     async def _recorded(self) -> EffectRecord | None:
         """The ledger row of this slot. A message on its first attempt that never waited has
@@ -238,7 +238,7 @@ class _Effect:
             **fields,
         )
 
-    def _next_attempt(self, rec: EffectRecord, note: str) -> EffectRecord:
+    def next_attempt(self, rec: EffectRecord, note: str) -> EffectRecord:
         return msgspec.structs.replace(
             rec,
             status="pending",
@@ -247,7 +247,7 @@ class _Effect:
             updated_at=self.cell.runtime.clock(),
         )
 
-    async def _write(self, rec: EffectRecord) -> None:
+    async def write(self, rec: EffectRecord) -> None:
         """Commit ``rec``, together with the guard events decided since the last write."""
         guards = [g.submit() for g in self.pending]  # submitted first: the same batch
         self.pending = []
@@ -255,7 +255,7 @@ class _Effect:
         if self.step.ledger is not None:  # else not read yet: the store has it now
             self.step.ledger[self.idx] = rec
 
-    async def _flush(self) -> None:
+    async def flush(self) -> None:
         """Commit the guard events decided so far, when no effect write follows them."""
         guards = [g.submit() for g in self.pending]
         self.pending = []
@@ -272,93 +272,24 @@ class _Effect:
             self.cell.defer(staged)
         self.pending = []
 
-    # -- loop detector and breaker -----------------------------------------------------------
-
-    async def _watch_loops(self) -> None:
-        if not self.tool.loop_guard:
-            return
-        loops = self.loops = await self.cell.runtime.guards.loops(self.cell)
-        if loops is None:
-            return
-        now = self.cell.runtime.clock()
-        slot = f"{self.m.msg_id}#{self.idx}"
-        detection, staged = loops.call(self.tool.name, self.args_hash, now, slot)
-        self.journal(staged)
-        if detection is None:
-            detection = loops.take_pending()
-        if detection is None:
-            return
-        telemetry.loop_detections.add(1, {"tether.loop_pattern": detection.pattern})
-        telemetry.guard_event(
-            "loop_detected",
-            actor_id=self.cell.actor_id,
-            tool=self.tool.name,
-            pattern=detection.pattern,
-            response=detection.response,
-            detail=detection.detail,
-        )
-        if detection.response == "escalate":
-            if self.step.escalations is None:
-                self.step.escalations = {}
-            self.step.escalations[self.idx] = f"loop detected: {detection.detail}"
-            return
-        await self._flush()
-        raise LoopDetected(self.tool.name, detection.pattern, detection.response, detection.detail)
-
-    def _observe_result(self, blob: bytes | None) -> None:
-        """Tell the loop guard what the call returned (its recorded form), for no-progress."""
-        if self.loops is None or blob is None:
-            return
-        now = self.cell.runtime.clock()
-        detection, staged = self.loops.result(
-            self.tool.name, self.args_hash, result_hash(blob), now
-        )
-        self.journal(staged)
-        if detection is not None:
-            self.loops.hold(detection)  # told before the session's next call
-
-    def _admit(self) -> CallToken | None:
-        """The breaker's admission of the next attempt; ``ToolUnavailable`` if it is open."""
-        breaker = self.breaker
-        if breaker is None:
-            return None
-        now = self.cell.runtime.clock()
-        admission, events = breaker.admit(now)
-        self.journal(breaker.journal(events))
-        if isinstance(admission, Refused):
-            raise ToolUnavailable(
-                self.tool.name,
-                admission.describe(self.tool.name, now),
-                admission.retry_at,
-                max(0.0, admission.retry_at - now),
-            )
-        return admission.token
-
-    def _outcome(self, token: CallToken | None, exc: BaseException | None, started: float) -> None:
-        if self.breaker is None or token is None:
-            return
-        duration = time.monotonic() - started
-        events = self.breaker.record(token, exc, duration, self.cell.runtime.clock())
-        self.journal(self.breaker.journal(events))
-
     # -- outcomes ----------------------------------------------------------------------------
 
     def _replay_done(self, rec: EffectRecord) -> Any:
         """The recorded result of a call that happened. One that does not decode as the tool's
         result type (a result a person marked done from a process that could not check it, a
         tool whose return type changed, a damaged row) is held for a person, unless the tool is
-        a "retry" one (as in ``_receipt``): the call did happen, so neither calling again nor
+        a "retry" one (as in ``receipt``): the call did happen, so neither calling again nor
         failing the step is the runtime's to decide, and failing would only spend the message's
         attempts on the same row."""
         try:
             value = self.tool.decode_result(rec.result or b"\xc0")
         except msgspec.DecodeError as exc:
             why = (
-                f"its recorded result does not decode as {_type_name(self.tool.result_type)}: {exc}"
+                f"its recorded result does not decode as {type_name(self.tool.result_type)}: {exc}"
             )
             if self.tool.recovery != "retry":
                 held = msgspec.structs.replace(rec, history=[*rec.history, f"held: {why}"])
-                self._suspend(why, held)
+                suspend(self, why, held)
             self._mark_replayed(rec)
             raise ToolFailed(self.tool.name, self.key, why, rec.attempts) from None
         self._mark_replayed(rec)
@@ -370,21 +301,21 @@ class _Effect:
         telemetry.effects_replayed.add(1, {"tether.tool": self.tool.name})
         self.log.info("effect_replayed", status=rec.status, attempt=rec.attempts)
 
-    async def _call(self, rec: EffectRecord, *, first: bool = False) -> Any:
+    async def call(self, rec: EffectRecord, *, first: bool = False) -> Any:
         """Commit the intent of attempt ``rec.attempts``, call, commit the receipt; retry
         outcomes that say the call was not carried out, under the tool's retry policy."""
         tool = self.tool
         while True:
             try:
-                token = self._admit()
+                token = admit(self)
             except ToolUnavailable:
-                await self._flush()
+                await self.flush()
                 if not first:
                     # An earlier attempt is known not to have been carried out: say so, so
                     # that the redelivery calls again instead of treating it as ambiguous.
-                    await self._write(msgspec.structs.replace(rec, status="retry"))
+                    await self.write(msgspec.structs.replace(rec, status="retry"))
                 raise
-            await self._write(rec)  # I4: the intent is durable before the call
+            await self.write(rec)  # I4: the intent is durable before the call
             first = False
             self.attempt = rec.attempts
             telemetry.effects_run.add(1, {"tether.tool": tool.name})
@@ -392,10 +323,10 @@ class _Effect:
             try:
                 value = await self._invoke()
             except CallInterrupted as exc:  # neither a success nor a failure for the breaker
-                self._outcome(token, asyncio.CancelledError(), started)
-                return await self._interrupted(rec, exc)
+                record_outcome(self, token, asyncio.CancelledError(), started)
+                return await interrupted(self, rec, exc)
             except BaseException as exc:
-                self._outcome(token, exc, started)
+                record_outcome(self, token, exc, started)
                 if not isinstance(exc, Exception):
                     raise  # cancellation: the intent stays, ambiguous, for the recovery policy
                 outcome = classify(exc)
@@ -413,7 +344,7 @@ class _Effect:
                     outcome == "maybe_done" and tool.recovery == "retry"
                 )
                 if retryable and rec.attempts < tool.retry.max_attempts:
-                    await self.cell.runtime.time.sleep(_retry_delay(tool, rec.attempts, exc))
+                    await self.cell.runtime.time.sleep(retry_delay(tool, rec.attempts, exc))
                     rec = msgspec.structs.replace(
                         rec,
                         attempts=rec.attempts + 1,
@@ -422,10 +353,10 @@ class _Effect:
                     )
                     continue
                 if outcome == "maybe_done" and tool.recovery != "retry":
-                    return await self._ambiguous(
-                        msgspec.structs.replace(rec, history=history), error
+                    return await ambiguous(
+                        self, msgspec.structs.replace(rec, history=history), error
                     )
-                await self._write(
+                await self.write(
                     msgspec.structs.replace(
                         rec,
                         status="failed",
@@ -437,8 +368,8 @@ class _Effect:
                 failures = self.cell.tool_failures
                 failures[tool.name] = failures.get(tool.name, 0) + 1
                 raise ToolFailed(tool.name, self.key, error, rec.attempts) from exc
-            self._outcome(token, None, started)
-            return await self._receipt(rec, value)
+            record_outcome(self, token, None, started)
+            return await self.receipt(rec, value)
 
     async def _invoke(self) -> Any:
         kwargs = dict(self.kwargs)
@@ -448,7 +379,7 @@ class _Effect:
             return await self.tool.fn(**kwargs)
         raise call.cut_short()  # reached only when its scope cancelled the call
 
-    async def _receipt(self, rec: EffectRecord, value: Any, note: str | None = None) -> Any:
+    async def receipt(self, rec: EffectRecord, value: Any, note: str | None = None) -> Any:
         now = self.cell.runtime.clock()
         history = rec.history if note is None else [*rec.history, note]
         try:
@@ -457,31 +388,31 @@ class _Effect:
             # What the step sees is what a replay will see: the recorded form of the result.
             result = self.tool.decode_result(blob) if problem is None else None
         except (*UNENCODABLE, msgspec.DecodeError) as exc:
-            problem = f"cannot be recorded as {_type_name(self.tool.result_type)}: "
+            problem = f"cannot be recorded as {type_name(self.tool.result_type)}: "
             problem += nesting_problem(value) or str(exc)
         if problem is not None:
             # The call happened (or the reconcile hook says so), but what it returned cannot
             # be recorded: nothing of it is, rather than a part.
-            self._observe_result(None)
-            shown = f"result {_shown(value)} {problem}"
+            observe_result(self, None)
+            what = f"result {shown(value)} {problem}"
             if self.tool.recovery != "retry":
                 # A call with an unknown side effect: failing the step would tell the handler
                 # "not done" about a call that was made, and a handler that then tries another
                 # way does it twice. A person decides (mark it done with a result that fits,
                 # retry it, or abort it).
-                why = f"the call was made, but its {shown}"
+                why = f"the call was made, but its {what}"
                 held = msgspec.structs.replace(rec, history=[*history, f"held: {why}"])
-                self._suspend(why, held)
+                suspend(self, why, held)
             # A "retry" tool may be called again at no risk (its receiver honors the key; the
             # model has no side effect): a failure, recorded, that the handler is told of.
-            error = shown[0].upper() + shown[1:]
-            await self._write(
+            error = what[0].upper() + what[1:]
+            await self.write(
                 msgspec.structs.replace(
                     rec, status="failed", error=error, history=history, updated_at=now
                 )
             )
             raise ToolFailed(self.tool.name, self.key, error, rec.attempts) from None
-        self._observe_result(blob)
+        observe_result(self, blob)
         self.cell.tool_failures.pop(self.tool.name, None)
         done = msgspec.structs.replace(
             rec, status="done", result=blob, history=history, updated_at=now
@@ -496,7 +427,7 @@ class _Effect:
             if self.step.ledger is not None:  # else not read yet; _recorded reads it first
                 self.step.ledger[self.idx] = done
         else:
-            await self._write(done)
+            await self.write(done)
         return result
 
     def _unstorable(self, value: Any, blob: bytes) -> str | None:
@@ -511,162 +442,3 @@ class _Effect:
             )
         too_deep = nesting_problem(value, blob)
         return None if too_deep is None else f"cannot be recorded: {too_deep}"
-
-    async def _ambiguous(self, rec: EffectRecord, why: str) -> Any:
-        """An intent without a receipt: the call may or may not have happened (I4)."""
-        tool = self.tool
-        self.log.warning("effect_ambiguous", attempt=rec.attempts, why=why, recovery=tool.recovery)
-        if tool.recovery == "retry":
-            return await self._call(self._next_attempt(rec, f"ambiguous ({why}): retried"))
-        if tool.recovery == "reconcile":
-            if tool.reconcile_hook is None:
-                self._suspend(f"{why}; tool has recovery='reconcile' but no reconcile hook", rec)
-            verdict = await self.reconcile()
-            match verdict:
-                case Done(result=value):
-                    self.log.info("effect_reconciled", verdict="done")
-                    return await self._receipt(rec, value, "reconciled: done")
-                case NotDone():
-                    self.log.info("effect_reconciled", verdict="not done")
-                    return await self._call(self._next_attempt(rec, "reconciled: not done"))
-                case Unknown(reason=reason):
-                    self._suspend(f"{why}; reconcile: {reason}", rec)
-                case _:
-                    self._suspend(f"{why}; the reconcile hook returned {verdict!r}", rec)
-        self._suspend(why, rec)
-
-    async def _interrupted(self, rec: EffectRecord, exc: CallInterrupted) -> Any:
-        """An interrupted call (``tether.runtime.interrupts``), resolved by the tool's recovery
-        policy without calling again: the handler gets ``EffectInterrupted``, unless the
-        reconcile hook says the call happened (then its result, as usual)."""
-        tool, why, now = self.tool, exc.why, self.cell.runtime.clock()
-        self.log.warning("effect_interrupted", attempt=rec.attempts, why=why, made=exc.made)
-        if not exc.made:  # the intent is recorded, the call was not made: a sure "not done"
-            note = f"attempt {rec.attempts}: not made: {why} before the call"
-            error = f"not made: {why}"
-        else:
-            note = f"attempt {rec.attempts}: {why} during the call: it may have been carried out"
-            error = note.partition(": ")[2]
-            if tool.recovery == "reconcile":
-                verdict = await self.reconcile()
-                if isinstance(verdict, Done):
-                    return await self._receipt(rec, verdict.result, f"{note}; reconciled: done")
-                if isinstance(verdict, NotDone):
-                    note, error = f"{note}; reconciled: not done", f"{why}: reconciled: not done"
-                else:
-                    reason = getattr(verdict, "reason", repr(verdict))
-                    return await self._hold_interrupted(rec, f"{error}; reconcile: {reason}", note)
-            elif tool.recovery == "retry":  # its receiver honors the key: safe to call again
-                error += "; calling again with its key is safe"
-            else:
-                return await self._hold_interrupted(rec, error, note)
-        history = [*rec.history, note]
-        failed = msgspec.structs.replace(
-            rec, status="failed", error=error, history=history, updated_at=now
-        )
-        await self._write(failed)
-        raise EffectInterrupted(tool.name, self.key, why, made=exc.made)
-
-    async def _hold_interrupted(self, rec: EffectRecord, reason: str, note: str) -> NoReturn:
-        """Quarantine an interrupted call for a person (who records what happened), without
-        holding the step: it goes on, told that the call was interrupted."""
-        held = msgspec.structs.replace(
-            rec,
-            status="quarantined",
-            reason=reason,
-            history=[*rec.history, note],
-            updated_at=self.cell.runtime.clock(),
-        )
-        telemetry.effects_quarantined.add(1, {"tether.tool": self.tool.name})
-        await self._write(held)
-        raise EffectInterrupted(self.tool.name, self.key, reason, made=True)
-
-    async def reconcile(self) -> Any:
-        """Ask the tool's reconcile hook whether the call happened: its verdict, or
-        ``Unknown`` (why) if it has none, raises, or does not answer in time."""
-        tool, hook = self.tool, self.tool.reconcile_hook
-        if hook is None:
-            return Unknown("the tool has no reconcile hook")
-        kwargs = dict(self.kwargs)
-        kwargs["idempotency_key"] = self.key
-        verdict: Any = None
-        try:
-            # Bounded like the call itself: a hook that hangs held the step (and the actor)
-            # for ever, its effect neither resolved nor quarantined.
-            with anyio.move_on_after(tool.timeout) as scope:
-                verdict = await hook(**kwargs)
-            if scope.cancelled_caught:
-                verdict = Unknown(f"the reconcile hook did not answer within {tool.timeout} s")
-        except Exception as exc:  # noqa: BLE001 - a hook that cannot tell: a person decides
-            verdict = Unknown(f"the reconcile hook raised {describe(exc)}")
-        return verdict
-
-    async def _violation(self, recorded: EffectRecord) -> Any:
-        detail = (
-            f"effect #{self.idx} of message {self.m.msg_id} was recorded as {recorded.tool} with "
-            f"input {recorded.input_hash[:12]}, but the replayed step asked for {self.tool.name} "
-            f"with input {self.input_hash[:12]}"
-        )
-        if recorded.status == "aborted":
-            raise DeterminismViolation(self.tool.name, recorded.key, detail)
-        self.log.error("determinism_violation", detail=detail)
-        if recorded.status != "quarantined":
-            violation = msgspec.structs.replace(
-                recorded,
-                status="quarantined",
-                reason=f"determinism violation: {detail}",
-                history=[*recorded.history, f"was {recorded.status}; {detail}"],
-                updated_at=self.cell.runtime.clock(),
-            )
-            self._suspend(violation.reason or detail, violation)
-        self._suspend(recorded.reason or detail, None)
-
-    def _suspend(self, reason: str, rec: EffectRecord | None) -> NoReturn:
-        """Hold the step for a person: the cell parks the message with ``rec`` quarantined."""
-        if rec is not None:
-            rec = msgspec.structs.replace(
-                rec,
-                status="quarantined",
-                reason=reason,
-                updated_at=self.cell.runtime.clock(),
-            )
-            telemetry.effects_quarantined.add(1, {"tether.tool": self.tool.name})
-            self.log.error("effect_quarantined", reason=reason, attempt=rec.attempts)
-        self.step.suspend(f"effect {self.key} ({self.tool.name}) is quarantined: {reason}", rec)
-        raise StepSuspended(self.step.suspended or reason)
-
-
-def _retry_delay(tool: Tool, attempt: int, exc: Exception) -> float:
-    """The wait before the attempt after ``attempt``: the policy's jittered backoff, or longer
-    when the receiver said when to come back (``TransientToolError.retry_after``, from an HTTP
-    ``Retry-After``), never past the policy's ``max_delay``. Asking again sooner than a rate
-    limiter said only earns another 429, and counts one more failure toward the breaker."""
-    delay = tool.retry.delay(attempt)
-    asked = exc.retry_after if isinstance(exc, TransientToolError) else None
-    if isinstance(asked, int | float) and asked > delay:  # False for NaN
-        delay = min(float(asked), tool.retry.max_delay)
-    return delay
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception a tool raised. One whose ``str()`` itself raises
-    would fail the step before its failure is recorded, leaving the intent to be taken, on
-    redelivery, for a call that never reported back: described by its type alone instead."""
-    try:
-        return f"{type(exc).__name__}: {exc}"
-    except Exception:  # noqa: BLE001 - any failure of a user __str__
-        return f"{type(exc).__name__}: (its message cannot be shown: str() raised)"
-
-
-def _shown(value: Any, limit: int = 200) -> str:
-    """``repr(value)``, cut to ``limit`` characters (a result can be large), and never raising."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - any failure of a user __repr__
-        return f"(a {type(value).__name__})"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _type_name(t: Any) -> str:
-    """``str``, ``Receipt``, ``list[str]``: a result type as a person reads it."""
-    return t.__qualname__ if isinstance(t, type) else repr(t)

@@ -8,13 +8,12 @@ agent hears why), or approved, when exactly the approved call runs (``Modify``: 
 as modified). The gate's decisions are journaled in the session's ``Gate`` actor, with the
 session's next commit.
 
-``EffectHost`` and ``EffectCell`` are what the effect path may touch of the runtime and of the
-calling actor's cell; ``GatedCall`` is what the gate reads and sets of the call it judges.
+``GatedCall`` is what the gate reads and sets of the call it judges.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import msgspec
 
@@ -22,28 +21,10 @@ from tether.actors.guards.actors import ApprovalRequested, ApprovalSettled
 from tether.actors.tool import Tool
 from tether.errors import ApprovalRejected, DeterminismViolation, StepSuspended
 from tether.runtime import approvals, notices, tracing
-from tether.runtime.approval_desk import Approvals
-from tether.runtime.guards import Guards
-from tether.runtime.kernel import ActiveCell, Kernel, Staged
+from tether.runtime.effect_host import EffectCell
+from tether.runtime.kernel import Staged
 from tether.runtime.step import Step
 from tether.store.records import ApprovalRecord, NewMessage, StoredMessage
-
-
-class EffectHost(Kernel, Protocol):
-    """What the effect path touches of the runtime: the kernel, and the two services a call
-    passes through (its guards, and the approvals desk of a held call)."""
-
-    @property
-    def approvals(self) -> Approvals: ...
-    @property
-    def guards(self) -> Guards: ...
-
-
-class EffectCell(ActiveCell, Protocol):
-    """The cell of the actor making a call, seen from its effect path."""
-
-    @property
-    def runtime(self) -> EffectHost: ...
 
 
 class GatedCall(Protocol):
@@ -83,41 +64,7 @@ async def judge(call: GatedCall, record: ApprovalRecord | None) -> None:
         reason = _escalation(call)
         if reason is None:
             return
-        instance = cell.instance
-        context = instance.approval_context(tool.name, dict(call.kwargs)) if instance else {}
-        policy = getattr(instance, "approval_policy", None) or rt.approval_policy
-        record = approvals.new_request(
-            actor_id=cell.actor_id,
-            msg_id=call.m.msg_id,
-            idx=call.idx,
-            tool=tool,
-            args_blob=call.args_blob,
-            input_hash=call.input_hash,
-            reason=reason,
-            context=context,
-            policy=policy,
-            now=now,
-            traceparent=tracing.current() or call.m.traceparent,
-        )
-        stored = await _notices(call, record)
-        await _gate_event(
-            call,
-            ApprovalRequested(
-                request_id=rid,
-                tool=tool.name,
-                reason=reason,
-                fingerprint=record.fingerprint,
-                deadline=record.deadline,
-                at=now,
-            ),
-        )
-        call.step.suspend(
-            f"call {tool.name} waits for approval {rid}: {reason}",
-            until=record.deadline,
-            approval=record,
-            notices=stored,
-        )
-        raise StepSuspended(call.step.suspended or reason)
+        await _hold(call, rid, reason, now)
     if record.fingerprint != approvals.fingerprint(tool.name, call.input_hash):
         raise DeterminismViolation(
             tool.name,
@@ -150,6 +97,48 @@ async def judge(call: GatedCall, record: ApprovalRecord | None) -> None:
         approved = tool.prepare(msgspec.msgpack.decode(record.approved_args, type=dict))
         call.kwargs, call.args_blob = approved.kwargs, approved.args_blob
     call.log.info("approval_applied", request_id=rid, modified=record.approved_args != record.args)
+
+
+async def _hold(call: GatedCall, rid: str, reason: str, now: float) -> NoReturn:
+    """Hold the call for a person: a new request (``rid``) for its place, stored with the park
+    of its step, with its notices; the gate journals that it held it."""
+    cell, tool = call.cell, call.tool
+    rt = cell.runtime
+    instance = cell.instance
+    context = instance.approval_context(tool.name, dict(call.kwargs)) if instance else {}
+    policy = getattr(instance, "approval_policy", None) or rt.approval_policy
+    record = approvals.new_request(
+        actor_id=cell.actor_id,
+        msg_id=call.m.msg_id,
+        idx=call.idx,
+        tool=tool,
+        args_blob=call.args_blob,
+        input_hash=call.input_hash,
+        reason=reason,
+        context=context,
+        policy=policy,
+        now=now,
+        traceparent=tracing.current() or call.m.traceparent,
+    )
+    stored = await _notices(call, record)
+    await _gate_event(
+        call,
+        ApprovalRequested(
+            request_id=rid,
+            tool=tool.name,
+            reason=reason,
+            fingerprint=record.fingerprint,
+            deadline=record.deadline,
+            at=now,
+        ),
+    )
+    call.step.suspend(
+        f"call {tool.name} waits for approval {rid}: {reason}",
+        until=record.deadline,
+        approval=record,
+        notices=stored,
+    )
+    raise StepSuspended(call.step.suspended or reason)
 
 
 async def _notices(call: GatedCall, record: ApprovalRecord) -> list[NewMessage]:

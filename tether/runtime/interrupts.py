@@ -5,7 +5,7 @@ commit inside the step it cancels: it waits in the mailbox behind it. What the r
 is stop the wait. A message class that sets ``interrupts = True`` (``CancelTask``) makes its
 actor's running step's tool call end now: the call's coroutine is cancelled, its outcome is
 "maybe carried out" (as after a timeout) and the tool's recovery policy records it without
-calling again (``_Effect._interrupted``). The handler gets ``tether.EffectInterrupted``, the
+calling again (``recovery.interrupted``). The handler gets ``tether.EffectInterrupted``, the
 step commits, and the interrupting message is delivered next. A call the step makes after the
 interrupt arrived is not made at all. See ``docs/recovery.md``, "Interrupted calls".
 """

@@ -4,22 +4,25 @@
 every event up to the actor's ``head_seq`` is there, in order; ``decoders`` are an actor
 class's message, event and state decoders, built once per class. Both read only: a cell's
 recovery, the check of a send, ``tether check``, and an administration process's view of an
-actor it does not run.
+actor it does not run (``folded``, ``session_info``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from tether.actors.actor import Actor, ActorSpec, actor_spec
-from tether.errors import CorruptRecordError
+from tether.actors.actor import Actor, ActorSpec, actor_spec, import_class
+from tether.errors import ActorNotFound, ConfigError, CorruptRecordError
 from tether.runtime.kernel import Kernel
 from tether.runtime.spawn_args import decode_init
 from tether.store.records import ActorRecord, JournalRow, Snapshot
+
+if TYPE_CHECKING:
+    from tether.actors.session import SessionInfo
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -171,6 +174,18 @@ async def folded(runtime: Kernel, rec: ActorRecord, cls: type[Any]) -> Any:
     state, _ = await fold(runtime.store, _encode, spec, rec.actor_id, instance)
     instance._tether_cell = _Folded(rec.actor_id, state, runtime)
     return instance
+
+
+async def session_info(runtime: Kernel, session_id: str) -> SessionInfo:
+    """``rt.session_info``: the agent session's view of itself, from its committed journal."""
+    rec = await runtime.store.get_actor(session_id)
+    if rec is None:
+        raise ActorNotFound(session_id)
+    cls = import_class(rec.class_path)
+    if not getattr(cls, "is_session", False):
+        raise ConfigError(f"{session_id!r} is a {rec.class_path}, not an agent session")
+    info: SessionInfo = (await folded(runtime, rec, cls)).info()
+    return info
 
 
 class _Folded:

@@ -1,13 +1,14 @@
 """The narrow interface the runtime's services get instead of the whole ``Runtime``.
 
 A service (the approvals desk, dead letters, quarantine, the guards' registry, supervision, the
-effect path) is handed a ``Kernel``: the store, the committer, the clock, the active cells and
-the few runtime operations it may call. It reaches an active actor through ``ActiveCell``: the
-members of a ``Cell`` that a service may read or call, and nothing of its delivery loop.
+effect path, activation, mail, spawning, stopping) is handed a ``Kernel``: the store, the
+committer, the clock, the active cells and the few runtime operations it may call. It reaches
+an active actor through ``ActiveCell``: the members of a cell (``LiveActor``) that a service
+may read or call, and nothing of its delivery loop.
 
-Both are protocols that ``Runtime`` and ``Cell`` meet by their shape, so that this module, and
-every service typed against it, imports neither of them: the runtime's modules form layers
-(``tests/test_layers.py``), with ``cell.py`` and ``runtime.py`` on top.
+Both are protocols that ``Runtime`` and ``LiveActor`` meet by their shape, so that this module,
+and every service typed against it, imports neither of them: the runtime's modules form layers
+(``tests/test_layers.py``), with ``live_actor.py``, ``cell.py`` and ``runtime.py`` above it.
 
 ``Staged`` is here too: what a cell hands a guard for its journal, held by both sides.
 """
@@ -48,7 +49,7 @@ class Staged:
 
 
 class ActiveCell(Protocol):
-    """What a service may touch of an active actor's cell (``tether.runtime.cell.Cell``)."""
+    """What a service may touch of an active actor's cell (``tether.runtime.live_actor.LiveActor``)."""
 
     # Set by the effect path around a tool call (``tether.runtime.interrupts``).
     call_scope: anyio.CancelScope | None

@@ -3,7 +3,7 @@ stored replies for asks answered by another process.
 
 An ask's future waits here under the id of the message it sent (or, after a dedup hit, of
 the first message sent with its key). It is answered by the step that committed its reply
-(``resolve``, from the runtime's ``step_committed``), by a reply found in the store
+(``resolve``, from ``Mail.step_committed``), by a reply found in the store
 (``poll``: answered elsewhere, or before this process asked), by the dead letters
 (``failed``), by the stop of the actor asked (``answer_stopped``), at its deadline
 (``AskTimeout``, one loop timer for all asks: ``_Deadlines``), or when the runtime closes.
@@ -17,10 +17,11 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import msgspec
 
 from tether.actors.actor import ActorSpec
-from tether.actors.messages import FallibleReply
+from tether.actors.messages import UNENCODABLE, FallibleReply
 from tether.errors import (
     ActorStopped,
     AskTimeout,
@@ -43,6 +44,7 @@ class Replies:
         self._ask_actor: dict[str, str] = {}  # msg id -> the actor asked
         self._decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
         self._deadlines = _Deadlines(AskTimeout)
+        self._wake = asyncio.Event()  # a reply may be stored (the store's change feed)
 
     def __len__(self) -> int:
         """How many messages have asks waiting on their reply."""
@@ -134,6 +136,19 @@ class Replies:
                     reply.msg_id, error=MessageDeadLettered(actor_id, reply.msg_id, errors)
                 )
 
+    def wake(self) -> None:
+        """Poll now (``keep_polling``): another process wrote to the store."""
+        self._wake.set()
+
+    async def keep_polling(self, interval: float) -> None:
+        """Poll every ``interval`` seconds, or when woken: the asks of a runtime that does
+        not serve are answered by the runtimes that do, and found here."""
+        while True:
+            self._wake.clear()
+            await self.poll()
+            with anyio.move_on_after(interval):
+                await self._wake.wait()
+
     def close(self) -> None:
         """The runtime closed: every ask still waiting fails with ``RuntimeClosed``."""
         for futs in self._asks.values():
@@ -147,6 +162,18 @@ class Replies:
         if dec is None:
             dec = self._decoders[spec.reply_type] = msgspec.msgpack.Decoder(spec.reply_type)
         return dec
+
+
+def encode_reply(encode: Callable[[Any], bytes], spec: ActorSpec, value: Any) -> bytes:
+    """A handler's return value as its stored reply; ``TypeError`` naming the handler if it
+    cannot be stored."""
+    try:
+        return encode(value)
+    except UNENCODABLE as exc:
+        raise TypeError(
+            f"{spec.cls.__qualname__}.handle returned a {type(value).__name__}, which cannot be "
+            f"stored as a reply: {exc}"
+        ) from exc
 
 
 class _Deadlines:

@@ -8,7 +8,7 @@
 * ``renew_leases``: every lease this runtime holds, every third of ``lease_ttl`` (I8).
 * ``purge``: dedup keys, replies and receipts past their retention.
 
-Each loop is run by the runtime's ``_keep_running``: a store error is logged and the loop
+Each loop is run by ``Lifecycle.keep_running``: a store error is logged and the loop
 starts again, from where its scan stopped (the cursor and the due watermark are kept here).
 """
 
@@ -100,10 +100,10 @@ class Scheduler:
             now = self._rt.clock()
             touched: dict[str, None] = {}
             # Our own sends are left out: each one was routed (to its cell, or to activation)
-            # right after its commit, by _message_stored or step_committed. A message that came
-            # back through the store (unparked, or a dead letter retried, from any process)
-            # was not, even if we sent it first: the store returns those. The cursor is the
-            # store's (Store.scan_messages): handed back as it came, never looked into.
+            # right after its commit, by Mail.message_stored or Mail.step_committed. A message
+            # that came back through the store (unparked, or a dead letter retried, from any
+            # process) was not, even if we sent it first: the store returns those. The cursor
+            # is the store's (Store.scan_messages): handed back as it came, never looked into.
             page = await self._rt.store.scan_messages(
                 self._scan_cursor, now, 5000, skip_prefix=self._own_prefix
             )

@@ -10,25 +10,25 @@ letters after ``max_attempts``). A supervisor without a parent that gives up has
 subtree stopped for good, recorded as ``failed``; the runtime keeps serving everything else.
 
 A supervisor's instance never outlives its children's: shut down (for a restart, a failure or
-a stop), it takes its whole subtree down with it, in reverse start order; restarted by its own
-supervisor, it starts them again (OTP: a new supervisor process starts new children).
+a stop), it takes its whole subtree down with it, in reverse start order (``shutdown.py``);
+restarted by its own supervisor, it starts them again (OTP: a new supervisor process starts
+new children).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import msgspec
 
 from tether import telemetry
 from tether.actors.actor import import_class
 from tether.errors import ActorIdTaken, ActorStopped, AlreadyStarted
+from tether.runtime.shutdown import Shutdowns
 from tether.runtime.step import SupervisorFailed
 from tether.store.records import ActorRecord, Revive
 
@@ -83,6 +83,7 @@ class Supervision:
         # supervisors being started again by their own supervisor (not recovered): they start
         # their children afresh (see Supervisor.on_start)
         self._fresh: set[str] = set()
+        self.shutdowns = Shutdowns(runtime, hold=self.hold, held=self.held, dismiss=self._dismiss)
 
     def clock(self) -> float:
         return self.rt.clock()
@@ -104,6 +105,13 @@ class Supervision:
         """Whether ``actor_id`` is being started by its own supervisor as a restart, rather than
         recovered (spawned again, brought back after a crash, or activated on demand)."""
         return actor_id in self._fresh
+
+    def _dismiss(self, actor_id: str, reason: str) -> None:
+        """A failure of ``actor_id`` waiting for its supervisor's decision is decided: it
+        leaves (its supervisor is shutting it down)."""
+        for pending in list(self.failures.values()):
+            if pending.child_id == actor_id:
+                pending.resolve("exit", reason=reason)
 
     def supervisor_left(self, supervisor_id: str, children: set[str]) -> None:
         """A supervisor left memory: its children's pending failures will not be decided by it.
@@ -295,53 +303,14 @@ class Supervision:
         _event("actor_id_reused", child_id, supervisor=parent_id, previous=rec.stop_reason)
 
     async def shutdown_actor(self, actor_id: str, shutdown: float | str, status: str) -> None:
-        """Stop the actor's instance (not its durable existence) within its shutdown budget:
-        let it finish its message, cancel it when the time is up, abandon it if it ignores
-        the cancellation. A failure of it waiting for a decision is decided: it leaves.
-
-        A supervisor takes its children down with it, after its own instance has stopped (so
-        that it restarts none of them meanwhile), in reverse start order, each within its own
-        budget and what is left of the supervisor's (OTP: a supervisor terminates its children
-        before it exits, and one killed for its budget takes them down with it)."""
-        await self._shutdown(actor_id, shutdown, status, _by_parent(self.rt.cells))
+        """Stop the actor's instance (not its durable existence) within its shutdown budget;
+        a supervisor's children go down after it (``shutdown.py``)."""
+        await self.shutdowns.actor(actor_id, shutdown, status)
 
     async def shutdown_children(self, actor_id: str, cell: ActiveCell | None, status: str) -> None:
-        """Take down the children of the supervisor whose instance ``cell`` was (or is): in
-        reverse start order, each within its own budget (``Runtime.stop``, a restart in
-        place)."""
-        live = _by_parent(self.rt.cells)
-        await self._take_down(self._children(actor_id, cell, live), math.inf, status, live)
-
-    async def _shutdown(
-        self, actor_id: str, shutdown: float | str, status: str, live: dict[str, list[ActiveCell]]
-    ) -> None:
-        self.hold(actor_id, status)
-        for pending in list(self.failures.values()):
-            if pending.child_id == actor_id:
-                pending.resolve("exit", reason=f"shut down by its supervisor ({status})")
-        cell = self.rt.cells.get(actor_id)
-        budget = _budget(shutdown)
-        deadline = anyio.current_time() + budget
-        children = self._children(actor_id, cell, live)  # from its instance, while it is up
-        if cell is not None:
-            await self._stop_instance(cell, shutdown, budget, status)
-        await self._take_down(children, deadline, status, live)
-
-    async def _take_down(
-        self,
-        children: list[tuple[str, float | str]],
-        deadline: float,
-        status: str,
-        live: dict[str, list[ActiveCell]],
-    ) -> None:
-        for child_id, shutdown in reversed(children):
-            left = deadline - anyio.current_time()
-            await self._shutdown(child_id, _within(shutdown, left), status, live)
-        for child_id, _ in children:
-            # Free to start again: none can while their supervisor is down, since a child is
-            # activated through its supervisor, and a supervisor restarts them itself.
-            if self.held.get(child_id) == status:
-                del self.held[child_id]
+        """Take down the children of the supervisor whose instance ``cell`` was (or is), in
+        reverse start order (``Runtime.stop``, a restart in place)."""
+        await self.shutdowns.children(actor_id, cell, status)
 
     @asynccontextmanager
     async def fresh_start(self, cell: ActiveCell) -> AsyncIterator[None]:
@@ -356,45 +325,6 @@ class Supervision:
             yield
         finally:
             self._fresh.discard(cell.actor_id)
-
-    def _children(
-        self, actor_id: str, cell: ActiveCell | None, live: dict[str, list[ActiveCell]]
-    ) -> list[tuple[str, float | str]]:
-        """The children of a supervisor, in start order, with their shutdown budgets: its child
-        entries, then the children by record alone active here (a session's guards), from
-        ``live``. Empty for an actor that is not a supervisor."""
-        entries = getattr(cell.instance, "child_entries", None) if cell is not None else None
-        if cell is not None and not callable(entries):
-            return []
-        ordered: list[tuple[str, float | str]] = (
-            [(e.child_id, e.shutdown) for e in entries()] if callable(entries) else []
-        )
-        listed = {child_id for child_id, _ in ordered}
-        ordered += [(c.actor_id, 5.0) for c in live.get(actor_id, ()) if c.actor_id not in listed]
-        return ordered
-
-    async def _stop_instance(
-        self, cell: ActiveCell, shutdown: float | str, budget: float, status: str
-    ) -> None:
-        actor_id = cell.actor_id
-        if shutdown == "brutal":
-            # Cancelled at once, and not woken first: woken, an idle actor would run its
-            # on_stop before the cancellation reaches it (OTP's kill runs no terminate).
-            cell.cancel()
-        else:
-            cell.leave()
-        with anyio.move_on_after(budget):
-            await cell.exited.wait()
-        if not cell.exited.is_set():
-            cell.cancel()
-            with anyio.move_on_after(1.0):
-                await cell.exited.wait()
-        if not cell.exited.is_set():
-            # It ignores cancellation. Abandon it: the next activation takes a new fencing
-            # token, so whatever it still tries to commit is rejected (I8).
-            self.rt.abandon_cell(cell)
-            _event("child_abandoned", actor_id, shutdown=str(shutdown))
-        _event("child_shut_down", actor_id, status=status)
 
     def restart_later(
         self,
@@ -464,32 +394,6 @@ class Supervision:
         if state is None or not hasattr(state, "counts"):
             return 0, None
         return state.counts.get(actor_id, 0), state.last_failure.get(actor_id)
-
-
-def _by_parent(cells: Mapping[str, ActiveCell]) -> dict[str, list[ActiveCell]]:
-    """The active cells by their supervisor: one pass, however many shutdowns then look."""
-    live: dict[str, list[ActiveCell]] = {}
-    for cell in cells.values():
-        if cell.parent_id is not None:
-            live.setdefault(cell.parent_id, []).append(cell)
-    return live
-
-
-def _budget(shutdown: float | str) -> float:
-    """A shutdown spec as seconds: ``brutal`` none, ``infinity`` no limit."""
-    if shutdown == "brutal":
-        return 0.0
-    return math.inf if shutdown == "infinity" else float(shutdown)
-
-
-def _within(shutdown: float | str, left: float) -> float | str:
-    """A child's shutdown spec cut to the ``left`` seconds of its supervisor's own budget:
-    nothing left is ``brutal`` (a supervisor killed for its budget takes its children with it)."""
-    if left <= 0:
-        return "brutal"
-    if shutdown == "brutal" or left == math.inf:
-        return shutdown
-    return min(_budget(shutdown), left)
 
 
 _event = telemetry.supervision_event

@@ -23,13 +23,17 @@ With no SDK this costs one context lookup per send (about 0.2 µs), and nothing 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
+import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from tether import telemetry
+from tether.store.records import StoredMessage
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -135,3 +139,31 @@ def span_in_trace_of(
         links=[trace.Link(caller)] if caller.is_valid else None,
         attributes=attributes,
     )
+
+
+@contextlib.contextmanager
+def handling(actor_id: str, m: StoredMessage) -> Iterator[None]:
+    """The span of one delivery of ``m`` (with tracing on): a child of the context the message
+    was sent in, whatever process sent it and however often it was delivered before, so that
+    every attempt at a task's steps is in its one trace. Every log line meanwhile carries the
+    trace id."""
+    attributes = {
+        "tether.actor_id": actor_id,
+        "tether.msg_id": m.msg_id,
+        "tether.message_type": m.type,
+    }
+    with telemetry.tracer.start_as_current_span(
+        "tether.handle",
+        context=parent_context(m.traceparent),
+        kind=trace.SpanKind.CONSUMER,
+        attributes=attributes,
+    ) as span:
+        trace_id = span.get_span_context().trace_id
+        structlog.contextvars.bind_contextvars(trace_id=f"{trace_id:032x}")
+        try:
+            yield
+        finally:
+            structlog.contextvars.unbind_contextvars("trace_id")
+            # Which delivery of the message this was (counted once claimed): a step run
+            # again after a failure or a crash is another span of the same trace.
+            span.set_attribute("tether.delivery", m.attempts)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 _SLOT_WAIT = 3.0  # s an activation holds its place at most
 
-Starter = Callable[..., object]  # Runtime.start_soon: runs fn(*args) in the runtime's task group
+Starter = Callable[..., object]  # Lifecycle.start_soon: fn(*args) in the runtime's task group
 
 
 class ActivationQueue:
