@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import msgspec
 
 import tether
@@ -115,3 +116,50 @@ class WaryCaller(Caller):
     """After 2 failures of a tool in a row, its next call waits for a person."""
 
     escalate_after_failures = 2
+
+
+# A breaker that journals every call (a rate over a time window: each success is in the rate's
+# denominator) and never trips (no call fails): its journal grows with every call.
+EVERY_CALL_COUNTS = tether.BreakerPolicy(
+    failure_threshold=None, window="time", window_size=3600, failure_rate=1.0
+)
+
+
+@tether.tool(breaker=EVERY_CALL_COUNTS)
+async def steady(n: int) -> int:
+    """An API that always answers (its receipt, and its breaker's events, commit at once)."""
+    return n
+
+
+class SteadyCaller(Caller):
+    """Calls the steady API, journaling nothing of its own."""
+
+    async def handle(self, msg: Call | Ping) -> str:
+        if isinstance(msg, Ping):
+            return "pong"
+        return f"ok {await self.effect(steady, n=msg.n)}"
+
+
+class Hold(tether.Message):
+    line: str
+
+
+# Set by the test: "held" when a Holder's handler has persisted, "go" to let its step end.
+SIGNALS: dict[str, anyio.Event] = {}
+
+
+class Holder(tether.Actor[Notes]):
+    """Persists a line, then waits for the test's go before its step commits: events appended
+    to its journal meanwhile (``append_events``, as a guard's are) take numbers first."""
+
+    initial_state = Notes()
+
+    def apply(self, state: Notes, event: Noted) -> Notes:
+        return Notes(lines=[*state.lines, event.line])
+
+    async def handle(self, msg: Hold | Ping) -> list[str]:
+        if isinstance(msg, Hold):
+            self.persist(Noted(line=msg.line))
+            SIGNALS["held"].set()
+            await SIGNALS["go"].wait()
+        return self.state.lines

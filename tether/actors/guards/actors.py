@@ -18,8 +18,10 @@ fold of its journal: after a crash an open breaker is still open until the same 
 session's recent calls are still remembered.
 
 Invariant: a guard's events are only ever appended through ``Cell.append_events`` — never with
-``persist`` inside a handler — so that direct appends and messages never race for a sequence
-number. The messages below are for people and tools (reset, inspect).
+``persist`` inside a handler — so that the order its state in memory applied them in is the
+order of its journal. Appends are numbered when submitted, and a step of the guard's own
+handler (the messages below, for people and tools: reset, inspect) advances the journal's
+number when its commit is submitted, so the two never take the same number.
 """
 
 from __future__ import annotations
