@@ -33,7 +33,7 @@ from tether.actors.guards.breaker import BreakerCore
 from tether.actors.guards.breaker_state import BreakerEvent, BreakerReset
 from tether.runtime.tree import TreeNode
 from tether.store.records import EffectRecord
-from tether.testing import FakeClock
+from tether.testing import FakeClock, check_store_async
 
 pytestmark = pytest.mark.anyio
 
@@ -42,6 +42,7 @@ pytestmark = pytest.mark.anyio
 def _fresh() -> Iterator[None]:
     ga.CALLS.clear()
     ga.FAILING["flaky"] = True
+    ga.FAILING["brittle"] = True
     yield
     ga.CALLS.clear()
 
@@ -392,3 +393,89 @@ async def test_a_step_that_persisted_while_appends_were_numbered_commits_after_t
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     async with runtime(store_url) as rt:
         assert await rt.ref("h1").ask(Ping(), timeout=5) == journal  # folded from the store
+
+
+async def test_a_retry_the_breaker_refused_is_settled_when_its_step_goes_on_without_it(
+    store_url: str,
+) -> None:
+    """The call's second failure opens the breaker, which refuses its third attempt. The
+    handler hears ToolUnavailable and its step commits: with it, the call's ledger row is
+    settled as not carried out (failed, saying why), not left "retry" for a redelivery that
+    will never come; ``tether check`` finds nothing left unsettled."""
+    clock = FakeClock()
+    async with runtime(store_url, clock=clock) as rt:
+        c = await rt.spawn(ga.BrittleCaller, "c1")
+        line = await c.ask(Call(n=1), timeout=5)
+        [row] = await rt.store.find_effects(actor_id="c1")
+    assert line.startswith("unavailable: ")
+    assert ga.CALLS == [("brittle", 1), ("brittle", 1)]  # the third attempt was not made
+    assert row.status == "failed"
+    assert row.error is not None
+    assert row.error == (
+        "attempt 3 was not made: the breaker of tool 'brittle' was open; "
+        "the step went on without the call"
+    )
+    assert row.history[-1].startswith("attempt 3 refused: The tool 'brittle' is unavailable")
+    report = await check_store_async(store_url)
+    assert report.violations == []
+
+
+async def test_a_retry_the_breaker_refused_is_made_when_its_step_is_delivered_again(
+    store_url: str,
+) -> None:
+    """The same refusal in a handler that lets ToolUnavailable escape: its step waits for the
+    breaker, uncommitted, and its row stays "retry"; delivered again, the call is made."""
+    clock = FakeClock()
+    async with runtime(store_url, clock=clock) as rt:
+        s = await rt.spawn(ga.StubbornBrittleCaller, "s1")
+        await s.tell(Call(n=2))
+        with anyio.fail_after(5):
+            while len(rows := await rt.store.find_effects(actor_id="s1")) != 1 or (
+                rows[0].status != "retry"
+            ):
+                await anyio.sleep(0.01)
+        assert ga.CALLS == [("brittle", 2), ("brittle", 2)]
+        ga.FAILING["brittle"] = False
+        clock.advance(31)
+        with anyio.fail_after(5):
+            while rt.cells["s1"].state.lines != ["ok 2"]:
+                await anyio.sleep(0.01)
+        assert await s.ask(Ping(), timeout=5) == "pong"  # after the step's commit
+        [row] = await rt.store.find_effects(actor_id="s1")
+    assert ga.CALLS == [("brittle", 2)] * 3
+    assert row.status == "done"
+
+
+async def test_a_persons_retry_the_breaker_refused_says_so_instead_of_vanishing(
+    store_url: str,
+) -> None:
+    """Two calls whose outcome is unknown are quarantined, and their failures open the
+    breaker. A person orders one retried; the breaker refuses it and the step goes on without
+    it. The effect is no longer quarantined, and says why it was never retried."""
+    clock = FakeClock()
+    async with runtime(store_url, clock=clock) as rt:
+        for n in (1, 2):
+            await rt.spawn(ga.WobblyCaller, f"w{n}")
+            await rt.ref(f"w{n}").tell(Call(n=n))
+        with anyio.fail_after(5):
+            while len(held := await rt.quarantine.list()) < 2:
+                await anyio.sleep(0.01)
+        first = next(q for q in held if q.actor_id == "w1")
+        await rt.quarantine.retry(first.key, by="alice")
+        with anyio.fail_after(5):
+            while rt.cells["w1"].state.lines == []:
+                await anyio.sleep(0.01)
+        assert await rt.ref("w1").ask(Ping(), timeout=5) == "pong"  # after the step's commit
+        [line] = rt.cells["w1"].state.lines
+        assert line.startswith("unavailable: The tool 'wobbly' is unavailable")
+        assert [q.actor_id for q in await rt.quarantine.list()] == ["w2"]
+        with pytest.raises(tether.EffectNotFound) as raised:
+            await rt.quarantine.get(first.key)
+        [row] = await rt.store.find_effects(actor_id="w1")
+    assert ga.CALLS == [("wobbly", 1), ("wobbly", 2)]  # the retry was never made
+    assert str(raised.value).endswith(
+        "it is failed, not quarantined: attempt 2 was not made: the breaker of tool 'wobbly' "
+        "was open; the step went on without the call"
+    )
+    assert row.history[-3:-1] == ["retry ordered by alice", "retry approved"]
+    assert row.history[-1].startswith("attempt 2 refused: The tool 'wobbly' is unavailable")

@@ -297,7 +297,7 @@ class AgentSession(Actor[SessionState]):
                 return self._reset_context(exc.detail)
             error = f"Loop detected, the call was not made: {exc.detail}"
         except ToolUnavailable as exc:
-            error = exc.reason
+            error, key = exc.reason, exc.key  # a key: a retry refused, settled with the step
         except ApprovalRejected as exc:
             error = f"A person rejected this call ({exc.by}): {exc.reason}"
         except (ToolFailed, EffectAborted, DeterminismViolation, EffectInterrupted) as exc:

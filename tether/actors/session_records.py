@@ -70,7 +70,8 @@ class TaskCall(msgspec.Struct, frozen=True, kw_only=True):
     result: str | None = None  # what the model was shown (JSON for structured results)
     error: str | None = None
     # The call's idempotency key in the effects ledger (``tether show``, ``tether quarantine``);
-    # None when nothing was recorded: invalid arguments, a detected loop, an open breaker.
+    # None when nothing was recorded: invalid arguments, a detected loop, an open breaker that
+    # refused the call's first attempt.
     effect_key: str | None = None
 
 

@@ -330,8 +330,9 @@ class Cell(LiveActor):
         nxt: StoredMessage | None,
     ) -> StepCommit:
         """The write of ``m``'s step: its events (with a snapshot every ``snapshot_every``), its
-        outbox, its reply and late replies, its ack, its stop, and the claim of ``nxt``'s
-        attempt (I7 without a commit of its own)."""
+        outbox, its reply and late replies, its ack, its stop, the claim of ``nxt``'s attempt
+        (I7 without a commit of its own), and the retries the breaker refused that the step
+        went on without, settled."""
         rt = self.runtime
         every = rt.snapshot_every
         snapshot: Snapshot | None = None
@@ -361,6 +362,7 @@ class Cell(LiveActor):
             claim_next=claim_next,
             stop=stop,
             late_replies=late,
+            effects=step.refused_retries,
         )
 
     def _late_replies(self, step: Step) -> list[LateReply]:

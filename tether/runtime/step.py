@@ -35,6 +35,7 @@ class Step:
         "park_effect",
         "park_notices",
         "park_until",
+        "refused_retries",
         "reply_deferred",
         "stop_reason",
         "suspended",
@@ -64,6 +65,9 @@ class Step:
         self.park_approval: ApprovalRecord | None = None
         self.park_notices: list[NewMessage] | tuple[()] = ()  # a new request's notices
         self.park_until = PARKED
+        # Ledger rows of retries the breaker refused, as the step's commit settles them:
+        # failed, never made (``effects._Effect.refused_retry``). Until then they say "retry".
+        self.refused_retries: list[EffectRecord] | tuple[()] = ()
 
     def add_event(self, row: JournalRow) -> None:
         if isinstance(self.events, list):
@@ -82,6 +86,12 @@ class Step:
             self.late_replies.append((msg_id, value))
         else:
             self.late_replies = [(msg_id, value)]
+
+    def add_refused_retry(self, settled: EffectRecord) -> None:
+        if isinstance(self.refused_retries, list):
+            self.refused_retries.append(settled)
+        else:
+            self.refused_retries = [settled]
 
     def suspend(
         self,
