@@ -83,6 +83,35 @@ async def first_pending(rt: tether.Runtime, timeout: float = 30) -> tether.Appro
     return pending[0]
 
 
+def two_refunds_script(request: tether.ModelRequest) -> tether.ToolCalls | tether.FinalAnswer:
+    """One answer refunding orders 42 and 43 (two calls, each held for a person), then the
+    final answer: what each call returned, as the model was told."""
+    done = request.bundle.tool_results
+    if not done:
+        return tether.ToolCalls(
+            calls=(
+                tether.ToolCall(
+                    tool="big_refund", args={"order_id": "42", "amount_cents": 7250}, call_id="c42"
+                ),
+                tether.ToolCall(
+                    tool="big_refund",
+                    args={"order_id": "43", "amount_cents": 90_000},
+                    call_id="c43",
+                ),
+            ),
+            thought="refund both orders in full",
+        )
+    return tether.FinalAnswer(text=" | ".join(r.result or r.error or "" for r in done))
+
+
+TWO_REFUNDS = ScriptedModel(two_refunds_script)
+
+
+class TwoRefundsAgent(tether.AgentSession):
+    tools = [big_refund]
+    model = TWO_REFUNDS
+
+
 SCRIPTED = ScriptedModel(
     [
         tether.ToolCall(tool="lookup_order", args={"order_id": 42}),  # wrong type: corrected

@@ -82,7 +82,7 @@ async def perform(cell: EffectCell, step: Step, tool: Tool, args: dict[str, Any]
         raise ConfigError(
             f"{cell.actor_id}: effect() is only allowed while handling a stored message"
         )
-    step.last_key = None
+    step.last_key = step.modified_args = None
     call = tool.prepare(args)
     idx = step.next_effect
     step.next_effect += 1
@@ -176,6 +176,8 @@ class _Effect:
             recorded.tool != self.tool.name or recorded.input_hash != self.input_hash
         ):
             await violation(self, recorded)
+        if recorded is not None and recorded.args != self.args_blob:
+            gate.ran_with(self, recorded.args)  # a person modified the call its row records
         if recorded is None or recorded.status in ("pending", "retry"):
             # About to call: loop detector -> breaker -> gate -> ledger (DESIGN §6). The loop
             # detector sees each call once (a replay of its slot is not a new call, and a

@@ -29,6 +29,7 @@ class Step:
         "last_key",
         "late_replies",
         "ledger",
+        "modified_args",
         "next_effect",
         "outbox",
         "park_approval",
@@ -56,6 +57,9 @@ class Step:
         self.late_replies: list[tuple[str, Any]] | tuple[()] = ()
         self.next_effect = 0  # the index of the step's next effect (I5)
         self.last_key: str | None = None  # the latest effect's idempotency key
+        # The arguments the latest effect ran with (msgpack), when a person modified them on
+        # approval; None when it ran as its handler asked (``Actor.last_effect_modified_args``).
+        self.modified_args: bytes | None = None
         # effect index -> why it must wait for a person (set by guards, e.g. a loop)
         self.escalations: dict[int, str] | None = None
         self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
