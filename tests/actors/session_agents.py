@@ -112,6 +112,21 @@ class TwoRefundsAgent(tether.AgentSession):
     model = TWO_REFUNDS
 
 
+def refund_43_script(request: tether.ModelRequest) -> tether.ToolCall | tether.FinalAnswer:
+    """Each task: refund order 43 in full (a person must approve), then say how it went."""
+    history = request.bundle.history
+    asked = max(i for i, h in enumerate(history) if isinstance(h, ChatMessage) and h.role == "user")
+    done = [h for h in history[asked:] if isinstance(h, ToolCallRecord)]
+    if not done:
+        return tether.ToolCall(tool="big_refund", args={"order_id": "43", "amount_cents": 90_000})
+    return tether.FinalAnswer(text=f"Done: {done[-1].result or done[-1].error}.")
+
+
+class Refund43Agent(tether.AgentSession):
+    tools = [big_refund]
+    model = ScriptedModel(refund_43_script)
+
+
 SCRIPTED = ScriptedModel(
     [
         tether.ToolCall(tool="lookup_order", args={"order_id": 42}),  # wrong type: corrected

@@ -86,6 +86,12 @@ class Actor(Generic[S]):
     initial_state: ClassVar[Any]
     #: Whether an idle instance may leave memory (supervisors stay resident).
     passivates: ClassVar[bool] = True
+    #: A child that its supervisor never starts, started on first use by whoever uses it (a
+    #: session's loop guard and gate): it runs in the runtime that needs it, whichever one
+    #: runs its supervisor. Away from its supervisor, its failures are decided where it runs,
+    #: as its supervisor would: a failed handler restarts it in place; a failed start leaves
+    #: memory, and its next use starts it again.
+    starts_where_used: ClassVar[bool] = False
     #: Hold a tool's next call for a person after it failed this many times in a row (None:
     #: never). Agent sessions set it; see ``tether.ApprovalPolicy`` for the deadline.
     escalate_after_failures: ClassVar[int | None] = None

@@ -156,6 +156,7 @@ class LoopGuard(Actor[LoopState]):
     """One session's loop detector: its recent calls and detections, journaled."""
 
     initial_state = LoopState()
+    starts_where_used = True  # with its session, whichever runtime runs the guards' supervisor
     #: Its state also holds the calls ``on_start`` rebuilds from the session's ledger (never
     #: journaled here), so a snapshot is more than its journal's fold: ``tether check`` does
     #: not compare the two.
@@ -269,6 +270,7 @@ class Gate(Actor[GateState]):
     the step that applies the decision)."""
 
     initial_state = GateState()
+    starts_where_used = True  # with its session, whichever runtime runs the guards' supervisor
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
