@@ -409,7 +409,7 @@ async def test_a_retry_the_breaker_refused_is_settled_when_its_step_goes_on_with
         [row] = await rt.store.find_effects(actor_id="c1")
     assert line.startswith("unavailable: ")
     assert ga.CALLS == [("brittle", 1), ("brittle", 1)]  # the third attempt was not made
-    assert row.status == "failed"
+    assert (row.status, row.attempts) == ("failed", 2)  # two attempts made
     assert row.error is not None
     assert row.error == (
         "attempt 3 was not made: the breaker of tool 'brittle' was open; "
@@ -477,5 +477,6 @@ async def test_a_persons_retry_the_breaker_refused_says_so_instead_of_vanishing(
         "it is failed, not quarantined: attempt 2 was not made: the breaker of tool 'wobbly' "
         "was open; the step went on without the call"
     )
+    assert row.attempts == 1
     assert row.history[-3:-1] == ["retry ordered by alice", "retry approved"]
     assert row.history[-1].startswith("attempt 2 refused: The tool 'wobbly' is unavailable")

@@ -388,6 +388,7 @@ class _Effect:
             msgspec.structs.replace(
                 rec,
                 status="failed",
+                attempts=rec.attempts - 1,  # the attempts made
                 error=error,
                 history=[*rec.history, f"attempt {rec.attempts} refused: {refused.reason}"],
                 updated_at=self.cell.runtime.clock(),
