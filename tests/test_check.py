@@ -252,6 +252,18 @@ def test_an_intent_left_without_receipt_quarantine_or_owner_is_named(
     assert (v["actor_id"], v["key"]) == ("paid", key)
 
 
+def test_a_retry_whose_message_was_acknowledged_is_named_as_left_behind(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row that says "call again when the step runs again", whose step committed: nothing
+    will ever make or settle it (a step that went on without the call settles it itself)."""
+    [(key,)] = sql(db, "SELECT key FROM effects WHERE actor_id = 'paid' AND tool = 'wire'")
+    sql(db, "UPDATE effects SET status = 'retry', result = NULL WHERE key = ?", key)
+    [v] = of_kind(violations(capsys, db), "retry_left_behind")
+    assert (v["actor_id"], v["key"]) == ("paid", key)
+    assert "nothing will make or settle it" in v["message"]
+
+
 def test_a_call_of_a_tool_that_requires_approval_without_one_is_named(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

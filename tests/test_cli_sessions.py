@@ -251,6 +251,11 @@ def test_the_journal_renderer_has_a_line_for_each_kind_and_falls_back_to_fields(
     assert describe({"type": "ToolResult", "record": failed, "invalid": True}) == (
         'refund({"id":1}) not made, invalid arguments: declined'
     )
+    modified = {"tool": "refund", "args": {"id": 1, "cents": 50}, "result": "refunded 50"}
+    modified["asked"] = {"id": 1, "cents": 75}
+    assert describe({"type": "ToolResult", "record": modified}) == (
+        'refund({"id":1,"cents":50}) modified by a person from ({"id":1,"cents":75}) → refunded 50'
+    )
     assert describe({"type": "UserSaid", "text": "and order 43"}) == "user: and order 43"
     settled = {"request_id": "apr-1", "status": "rejected", "by": "ann", "reason": "no receipt"}
     assert describe({"type": "ApprovalSettled", **settled, "at": 0.0}) == (

@@ -321,12 +321,18 @@ class ProviderError(ToolError):
 
 
 class ToolUnavailable(ToolError):
-    """The tool's circuit breaker is open: the call was not made. Retry after ``retry_at``."""
+    """The tool's circuit breaker is open: the call was not made. Retry after ``retry_at``.
 
-    def __init__(self, tool: str, reason: str, retry_at: float, retry_in: float) -> None:
+    ``key``: the call's row in the effects ledger when an earlier attempt of it was recorded
+    (a retry the breaker refused), else None (a new call: nothing was recorded)."""
+
+    def __init__(
+        self, tool: str, reason: str, retry_at: float, retry_in: float, key: str | None = None
+    ) -> None:
         self.reason = reason
         self.retry_at = retry_at
         self.retry_in = retry_in
+        self.key = key
         super().__init__(
             tool, f"unavailable ({reason}); the call was not made; retry in {retry_in:.1f} s"
         )

@@ -83,6 +83,50 @@ async def first_pending(rt: tether.Runtime, timeout: float = 30) -> tether.Appro
     return pending[0]
 
 
+def two_refunds_script(request: tether.ModelRequest) -> tether.ToolCalls | tether.FinalAnswer:
+    """One answer refunding orders 42 and 43 (two calls, each held for a person), then the
+    final answer: what each call returned, as the model was told."""
+    done = request.bundle.tool_results
+    if not done:
+        return tether.ToolCalls(
+            calls=(
+                tether.ToolCall(
+                    tool="big_refund", args={"order_id": "42", "amount_cents": 7250}, call_id="c42"
+                ),
+                tether.ToolCall(
+                    tool="big_refund",
+                    args={"order_id": "43", "amount_cents": 90_000},
+                    call_id="c43",
+                ),
+            ),
+            thought="refund both orders in full",
+        )
+    return tether.FinalAnswer(text=" | ".join(r.result or r.error or "" for r in done))
+
+
+TWO_REFUNDS = ScriptedModel(two_refunds_script)
+
+
+class TwoRefundsAgent(tether.AgentSession):
+    tools = [big_refund]
+    model = TWO_REFUNDS
+
+
+def refund_43_script(request: tether.ModelRequest) -> tether.ToolCall | tether.FinalAnswer:
+    """Each task: refund order 43 in full (a person must approve), then say how it went."""
+    history = request.bundle.history
+    asked = max(i for i, h in enumerate(history) if isinstance(h, ChatMessage) and h.role == "user")
+    done = [h for h in history[asked:] if isinstance(h, ToolCallRecord)]
+    if not done:
+        return tether.ToolCall(tool="big_refund", args={"order_id": "43", "amount_cents": 90_000})
+    return tether.FinalAnswer(text=f"Done: {done[-1].result or done[-1].error}.")
+
+
+class Refund43Agent(tether.AgentSession):
+    tools = [big_refund]
+    model = ScriptedModel(refund_43_script)
+
+
 SCRIPTED = ScriptedModel(
     [
         tether.ToolCall(tool="lookup_order", args={"order_id": 42}),  # wrong type: corrected

@@ -21,6 +21,7 @@ from tether.actors.context import (
     assemble,
     default_counter,
     fragment_text,
+    modified_note,
 )
 from tether.errors import ConfigError
 
@@ -277,3 +278,44 @@ def test_assembly_is_deterministic_and_within_budget(
     summaries = [f for f in frags if isinstance(f, Summary)]
     assert first.summary == (summaries[-1] if summaries else None)
     assert first.trimmed.summary == 0
+
+
+def test_a_record_of_a_call_run_as_asked_encodes_as_before_modified_calls_were_kept() -> None:
+    """A model call's recorded input holds these records, and is hashed (I5): a record of a
+    call that ran as the model asked encodes exactly as before ``asked`` existed, so a step
+    recorded by an older tether replays as recorded; an older record decodes as one that ran
+    as asked."""
+    record = ToolCallRecord(tool="refund", args={"order_id": "42"}, result="ok", turn=3)
+    before = {
+        "type": "ToolCallRecord",
+        "tool": "refund",
+        "args": {"order_id": "42"},
+        "result": "ok",
+        "error": None,
+        "call_id": "",
+        "turn": 3,
+    }
+    assert msgspec.msgpack.encode(record) == msgspec.msgpack.encode(before)
+    assert msgspec.to_builtins(record) == before
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(before), type=ToolCallRecord) == record
+    assert record.asked_args == {"order_id": "42"}
+    assert fragment_text(record) == 'refund({"order_id":"42"}) returned: ok'
+
+
+def test_a_record_of_a_modified_call_shows_the_call_asked_for_and_what_ran() -> None:
+    record = ToolCallRecord(
+        tool="refund",
+        args={"order_id": "42", "amount_cents": 5000},
+        result="refunded 5000",
+        asked={"order_id": "42", "amount_cents": 7250},
+    )
+    assert record.asked_args == {"order_id": "42", "amount_cents": 7250}
+    assert modified_note(record) == (
+        'A person modified this call before it ran: it ran with {"amount_cents":5000,"order_id":"42"}.'
+    )
+    assert fragment_text(record) == (
+        'refund({"amount_cents":7250,"order_id":"42"}) (A person modified this call before it '
+        'ran: it ran with {"amount_cents":5000,"order_id":"42"}) returned: refunded 5000'
+    )
+    decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(record), type=ToolCallRecord)
+    assert decoded == record

@@ -3,6 +3,7 @@ final answer, recovery at the frontier, the error taxonomy wired in, cancellatio
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -36,6 +37,7 @@ from tether.actors.session import (
     TaskStarted,
     session_status,
 )
+from tether.models import anthropic, openai
 from tether.testing import ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -622,3 +624,71 @@ def test_journals_and_snapshots_written_before_call_ids_turns_and_usage_still_fo
     snapshot = msgspec.msgpack.encode(older(msgspec.to_builtins(state), *new_fields))
     assert msgspec.msgpack.decode(snapshot, type=SessionState) == state
     assert state.usage == tether.Usage()
+
+
+async def test_a_call_a_person_modified_is_recorded_and_told_to_its_model_as_it_ran(
+    store_url: str,
+) -> None:
+    """One answer asks for two refunds, each held for a person. Carol halves the first; it
+    runs; the second is held, so the step parks and, once Dan approves, replays the first
+    from its ledger row. The session's record of the first call (its journal, its model's
+    history, the TaskResult's calls) names the arguments that ran, keeps those the model
+    asked for, and the model is told plainly that a person changed the call, and to what,
+    under the call id it gave (the providers' calls and results still pair up)."""
+    async with tether.Runtime(store_url, poll_interval=0.02) as rt:
+        s = await rt.spawn(sa.TwoRefundsAgent, "s1", goal="refund the customer's orders")
+        answers: list[tether.TaskResult] = []
+
+        async def ask() -> None:
+            answers.append(await s.ask(tether.UserMessage("refund 42 and 43"), timeout=30))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            first = await sa.first_pending(rt)
+            assert first.args == {"order_id": "42", "amount_cents": 7250}
+            modify = tether.Modify(by="carol", args={"order_id": "42", "amount_cents": 3625})
+            await rt.approvals.decide(first.request_id, modify)
+            with anyio.fail_after(10):
+                while (second := await sa.first_pending(rt)).request_id == first.request_id:
+                    await anyio.sleep(0.01)
+            await rt.approvals.decide(second.request_id, tether.Approve(by="dan"))
+        events = await rt.store.load_journal("s1", 0, 1000)
+    [result] = answers
+    halved, asked = {"order_id": "42", "amount_cents": 3625}, first.args
+    # made once each, the first as modified (the replay answered it from its ledger row)
+    assert sa.LOG == [("big_refund", ("42", 3625)), ("big_refund", ("43", 90_000))]
+    assert result.answer == "refunded 3625 on 42 (approved) | refunded 90000 on 43 (approved)"
+    journaled = [msgspec.msgpack.decode(e.payload) for e in events]
+    [made, _] = [e["record"] for e in journaled if e["type"] == "ToolResult"]
+    assert made["args"] == halved
+    assert made.get("asked") == asked
+    assert [c.args for c in result.calls] == [halved, {"order_id": "43", "amount_cents": 90_000}]
+    assert [c.asked for c in result.calls] == [asked, None]
+
+    request = sa.TWO_REFUNDS.requests[-1]
+    told = "A person modified this call before it ran: it ran with "
+    ran = '{"amount_cents":3625,"order_id":"42"}.'
+    [rendered] = [m["content"] for m in request.context if m["content"].startswith("big_refund")][
+        :1
+    ]
+    assert (
+        rendered
+        == (  # the rendered context: the call asked for, what ran, its outcome
+            f'big_refund({{"amount_cents":7250,"order_id":"42"}}) ({told}{ran[:-1]}) '
+            "returned: refunded 3625 on 42 (approved)"
+        )
+    )
+    chat = openai.messages(request)
+    [assistant] = [m for m in chat if m["role"] == "assistant" and m.get("tool_calls")]
+    calls = assistant["tool_calls"]
+    assert [c["id"] for c in calls] == ["c42", "c43"]
+    assert json.loads(calls[0]["function"]["arguments"]) == asked  # the model's own call
+    results = [m for m in chat if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["c42", "c43"]
+    assert results[0]["content"] == f"{told}{ran}\nrefunded 3625 on 42 (approved)"
+    assert results[1]["content"] == "refunded 90000 on 43 (approved)"
+    uses, answered = anthropic.messages(request)[-2:]
+    assert [b["id"] for b in uses["content"] if b["type"] == "tool_use"] == ["c42", "c43"]
+    blocks = answered["content"]
+    assert [b["tool_use_id"] for b in blocks] == ["c42", "c43"]
+    assert blocks[0]["content"].startswith(told + ran)

@@ -4,6 +4,7 @@ the tree; a session's loop detector feeds back or escalates, and remembers acros
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -24,12 +25,15 @@ from tests.runtime.guard_actors import (
     Researcher,
     Search,
     ShortMemoryResearcher,
+    SteadyCaller,
     Stubborn,
 )
 from tether.actors.guards.actors import GetBreakerState, GetLoopState, LoopGuard, ResetBreaker
+from tether.actors.guards.breaker import BreakerCore
+from tether.actors.guards.breaker_state import BreakerEvent, BreakerReset
 from tether.runtime.tree import TreeNode
 from tether.store.records import EffectRecord
-from tether.testing import FakeClock
+from tether.testing import FakeClock, check_store_async
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +42,7 @@ pytestmark = pytest.mark.anyio
 def _fresh() -> Iterator[None]:
     ga.CALLS.clear()
     ga.FAILING["flaky"] = True
+    ga.FAILING["brittle"] = True
     yield
     ga.CALLS.clear()
 
@@ -319,3 +324,159 @@ async def test_repeated_failures_of_a_tool_hold_its_next_call_for_a_person(store
                 await anyio.sleep(0.01)
         # A success ends the run of failures: the next call goes straight through.
         assert await c.ask(Call(n=3), timeout=5) == "ok 3"
+
+
+async def test_a_breakers_own_messages_amid_concurrent_calls_keep_its_journal_contiguous(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A breaker is shared: other actors' calls append its events (numbered when submitted)
+    while its own handler's steps (GetBreakerState, ResetBreaker) commit. Its journal stays
+    contiguous, no append is refused, and its state in memory is the fold of its journal."""
+    caplog.set_level(logging.WARNING, logger="tether")
+    async with runtime(store_url) as rt:
+        callers = [await rt.spawn(SteadyCaller, f"c{i}") for i in range(6)]
+        assert await callers[0].ask(Call(n=-1), timeout=5) == "ok -1"  # the breaker exists
+        breaker = rt.ref("breaker:steady")
+
+        async def calls(caller: tether.ActorRef) -> None:
+            for n in range(20):
+                assert await caller.ask(Call(n=n), timeout=10) == f"ok {n}"
+
+        async def operator() -> None:
+            for n in range(40):
+                msg = ResetBreaker(by="ops") if n % 4 == 3 else GetBreakerState()
+                assert (await breaker.ask(msg, timeout=10))["status"] == "closed"
+
+        async with anyio.create_task_group() as tg:
+            for caller in callers:
+                tg.start_soon(calls, caller)
+            tg.start_soon(operator)
+        cell = rt.cells["breaker:steady"]
+        live, live_seq = cell.state, cell.seq
+        rows = await rt.store.load_journal("breaker:steady", 0, 100_000)
+        record = await rt.store.get_actor("breaker:steady")
+    assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+    assert record is not None
+    assert record.head_seq == live_seq == len(rows)
+    events = [msgspec.msgpack.decode(r.payload, type=BreakerEvent) for r in rows]
+    assert sum(isinstance(e, BreakerReset) for e in events) == 10
+    assert BreakerCore.fold(ga.EVERY_CALL_COUNTS, events).state == live
+    failed = [r for r in caplog.records if getattr(r, "event", None) == "guard_append_failed"]
+    assert failed == []
+
+
+async def test_a_step_that_persisted_while_appends_were_numbered_commits_after_them(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler persists an event, and while it still runs two appends are numbered and
+    committed (``append_events``, as a guard's decided elsewhere): its step's row is numbered
+    after them when its commit is built, not where it stood when persisted, so neither write
+    is refused. (The guards never persist in a handler, so which order their state in memory
+    applied the events in never differs from their journal's.)"""
+    caplog.set_level(logging.WARNING, logger="tether")
+    ga.SIGNALS.update(held=anyio.Event(), go=anyio.Event())
+    async with runtime(store_url) as rt:
+        h = await rt.spawn(ga.Holder, "h1")
+        await h.tell(ga.Hold(line="persisted"))
+        with anyio.fail_after(5):
+            await ga.SIGNALS["held"].wait()
+        cell = rt.cells["h1"]
+        await cell.append_events([ga.Noted(line="appended 1")])
+        await cell.append_events([ga.Noted(line="appended 2")])
+        ga.SIGNALS["go"].set()
+        live = await h.ask(Ping(), timeout=5)  # after the held step's commit
+        rows = await rt.store.load_journal("h1", 0, 100)
+    journal = [msgspec.msgpack.decode(r.payload)["line"] for r in rows]
+    assert [r.seq for r in rows] == [1, 2, 3]
+    assert journal == ["appended 1", "appended 2", "persisted"]
+    assert sorted(live) == sorted(journal)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    async with runtime(store_url) as rt:
+        assert await rt.ref("h1").ask(Ping(), timeout=5) == journal  # folded from the store
+
+
+async def test_a_retry_the_breaker_refused_is_settled_when_its_step_goes_on_without_it(
+    store_url: str,
+) -> None:
+    """The call's second failure opens the breaker, which refuses its third attempt. The
+    handler hears ToolUnavailable and its step commits: with it, the call's ledger row is
+    settled as not carried out (failed, saying why), not left "retry" for a redelivery that
+    will never come; ``tether check`` finds nothing left unsettled."""
+    clock = FakeClock()
+    async with runtime(store_url, clock=clock) as rt:
+        c = await rt.spawn(ga.BrittleCaller, "c1")
+        line = await c.ask(Call(n=1), timeout=5)
+        [row] = await rt.store.find_effects(actor_id="c1")
+    assert line.startswith("unavailable: ")
+    assert ga.CALLS == [("brittle", 1), ("brittle", 1)]  # the third attempt was not made
+    assert (row.status, row.attempts) == ("failed", 2)  # two attempts made
+    assert row.error is not None
+    assert row.error == (
+        "attempt 3 was not made: the breaker of tool 'brittle' was open; "
+        "the step went on without the call"
+    )
+    assert row.history[-1].startswith("attempt 3 refused: The tool 'brittle' is unavailable")
+    report = await check_store_async(store_url)
+    assert report.violations == []
+
+
+async def test_a_retry_the_breaker_refused_is_made_when_its_step_is_delivered_again(
+    store_url: str,
+) -> None:
+    """The same refusal in a handler that lets ToolUnavailable escape: its step waits for the
+    breaker, uncommitted, and its row stays "retry"; delivered again, the call is made."""
+    clock = FakeClock()
+    async with runtime(store_url, clock=clock) as rt:
+        s = await rt.spawn(ga.StubbornBrittleCaller, "s1")
+        await s.tell(Call(n=2))
+        with anyio.fail_after(5):
+            while len(rows := await rt.store.find_effects(actor_id="s1")) != 1 or (
+                rows[0].status != "retry"
+            ):
+                await anyio.sleep(0.01)
+        assert ga.CALLS == [("brittle", 2), ("brittle", 2)]
+        ga.FAILING["brittle"] = False
+        clock.advance(31)
+        with anyio.fail_after(5):
+            while rt.cells["s1"].state.lines != ["ok 2"]:
+                await anyio.sleep(0.01)
+        assert await s.ask(Ping(), timeout=5) == "pong"  # after the step's commit
+        [row] = await rt.store.find_effects(actor_id="s1")
+    assert ga.CALLS == [("brittle", 2)] * 3
+    assert row.status == "done"
+
+
+async def test_a_persons_retry_the_breaker_refused_says_so_instead_of_vanishing(
+    store_url: str,
+) -> None:
+    """Two calls whose outcome is unknown are quarantined, and their failures open the
+    breaker. A person orders one retried; the breaker refuses it and the step goes on without
+    it. The effect is no longer quarantined, and says why it was never retried."""
+    clock = FakeClock()
+    async with runtime(store_url, clock=clock) as rt:
+        for n in (1, 2):
+            await rt.spawn(ga.WobblyCaller, f"w{n}")
+            await rt.ref(f"w{n}").tell(Call(n=n))
+        with anyio.fail_after(5):
+            while len(held := await rt.quarantine.list()) < 2:
+                await anyio.sleep(0.01)
+        first = next(q for q in held if q.actor_id == "w1")
+        await rt.quarantine.retry(first.key, by="alice")
+        with anyio.fail_after(5):
+            while rt.cells["w1"].state.lines == []:
+                await anyio.sleep(0.01)
+        assert await rt.ref("w1").ask(Ping(), timeout=5) == "pong"  # after the step's commit
+        [line] = rt.cells["w1"].state.lines
+        assert line.startswith("unavailable: The tool 'wobbly' is unavailable")
+        assert [q.actor_id for q in await rt.quarantine.list()] == ["w2"]
+        with pytest.raises(tether.EffectNotFound) as raised:
+            await rt.quarantine.get(first.key)
+        [row] = await rt.store.find_effects(actor_id="w1")
+    assert ga.CALLS == [("wobbly", 1), ("wobbly", 2)]  # the retry was never made
+    assert str(raised.value).endswith(
+        "it is failed, not quarantined: attempt 2 was not made: the breaker of tool 'wobbly' "
+        "was open; the step went on without the call"
+    )
+    assert row.attempts == 1
+    assert row.history[-3:-1] == ["retry ordered by alice", "retry approved"]
+    assert row.history[-1].startswith("attempt 2 refused: The tool 'wobbly' is unavailable")

@@ -63,6 +63,9 @@ class ActorCell(Protocol):
     @property
     def last_effect_key(self) -> str | None: ...
 
+    @property
+    def last_effect_modified_args(self) -> dict[str, Any] | None: ...
+
     def append_events(self, events: Sequence[Event]) -> Awaitable[Any]: ...
 
     def apply_in_memory(self, events: Sequence[Event]) -> None: ...
@@ -83,6 +86,12 @@ class Actor(Generic[S]):
     initial_state: ClassVar[Any]
     #: Whether an idle instance may leave memory (supervisors stay resident).
     passivates: ClassVar[bool] = True
+    #: A child that its supervisor never starts, started on first use by whoever uses it (a
+    #: session's loop guard and gate): it runs in the runtime that needs it, whichever one
+    #: runs its supervisor. Away from its supervisor, its failures are decided where it runs,
+    #: as its supervisor would: a failed handler restarts it in place; a failed start leaves
+    #: memory, and its next use starts it again.
+    starts_where_used: ClassVar[bool] = False
     #: Hold a tool's next call for a person after it failed this many times in a row (None:
     #: never). Agent sessions set it; see ``tether.ApprovalPolicy`` for the deadline.
     escalate_after_failures: ClassVar[int | None] = None
@@ -186,6 +195,14 @@ class Actor(Generic[S]):
         """The idempotency key of this handler's latest ``effect`` call: its row in the
         effects ledger (None before the first, or when its arguments were refused)."""
         return self._tether_cell.last_effect_key
+
+    @property
+    def last_effect_modified_args(self) -> dict[str, Any] | None:
+        """The arguments this handler's latest ``effect`` call ran with, when a person
+        modified them on approving it (``tether.Modify``): every parameter by name, as the
+        ledger records them. None when it ran with the arguments it was given (or was not
+        made at all, or before the first). A replayed call answers as it did when it ran."""
+        return self._tether_cell.last_effect_modified_args
 
     async def watch(self, actor_id: str) -> None:
         """Receive ``tether.Terminated`` when ``actor_id`` stops for good (death watch).

@@ -51,6 +51,7 @@ __all__ = (
     "default_counter",
     "FRAGMENT_OVERHEAD",
     "fragment_text",
+    "modified_note",
     "assemble",
 )
 
@@ -98,6 +99,13 @@ class ToolCallRecord(msgspec.Struct, frozen=True, tag=True):
     answer that asked for the call (the session's decision count; 0 in records made before it
     was kept): the calls of one answer share it, and an adapter sends them back as one
     assistant message with several tool calls. Neither is part of the rendered text.
+
+    ``args`` are the arguments the call ran with. When a person modified the call on approving
+    it, ``asked`` holds the ones the model asked for: the call goes back to the model as it
+    asked for it, and its outcome says plainly that a person changed it, and to what
+    (``modified_note``). Unset otherwise, and then not encoded at all: a model call's recorded
+    input (its context, these records included) encodes and hashes (I5) as it did before the
+    field existed, so a step recorded then replays as recorded.
     """
 
     tool: str
@@ -106,6 +114,22 @@ class ToolCallRecord(msgspec.Struct, frozen=True, tag=True):
     error: str | None = None
     call_id: str = ""
     turn: int = 0
+    asked: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+
+    @property
+    def asked_args(self) -> dict[str, Any]:
+        """The arguments the model asked for: ``asked`` if a person modified the call, else
+        ``args``."""
+        return self.args if isinstance(self.asked, msgspec.UnsetType) else self.asked
+
+
+def modified_note(record: ToolCallRecord) -> str:
+    """What the model is told of a call a person modified before it ran ("" for one that ran
+    as it asked): the arguments it ran with."""
+    if isinstance(record.asked, msgspec.UnsetType):
+        return ""
+    ran = msgspec.json.encode(record.args, order="sorted").decode()
+    return f"A person modified this call before it ran: it ran with {ran}."
 
 
 Fragment = Goal | Constraint | Checkpoint | Summary | ChatMessage | ToolCallRecord
@@ -127,8 +151,11 @@ def fragment_text(fragment: Fragment) -> str:
             return f"Summary of earlier work: {text}"
         case ChatMessage(text=text):
             return text
-        case ToolCallRecord(tool=tool, args=args, result=result, error=error):
-            call = f"{tool}({msgspec.json.encode(args, order='sorted').decode()})"
+        case ToolCallRecord(tool=tool, result=result, error=error):
+            call = f"{tool}({msgspec.json.encode(fragment.asked_args, order='sorted').decode()})"
+            note = modified_note(fragment)
+            if note:  # the call as the model asked for it, then what a person made of it
+                call = f"{call} ({note.removesuffix('.')})"
             if error is not None:
                 return f"{call} failed: {error}"
             return f"{call} returned: {'(nothing)' if result is None else result}"

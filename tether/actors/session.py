@@ -285,6 +285,7 @@ class AgentSession(Actor[SessionState]):
             known = ", ".join(self._tools_by_name) or "none"
             return self._invalid(call, f"there is no tool named {call.tool!r} (tools: {known})")
         key: str | None = None  # set once the call is in the ledger
+        ran: dict[str, Any] | None = None  # the arguments it ran with, if a person modified it
         try:
             value = await self.effect(tool, **call.args)
         except ToolInputError as exc:
@@ -297,16 +298,17 @@ class AgentSession(Actor[SessionState]):
                 return self._reset_context(exc.detail)
             error = f"Loop detected, the call was not made: {exc.detail}"
         except ToolUnavailable as exc:
-            error = exc.reason
+            error, key = exc.reason, exc.key  # a key: a retry refused, settled with the step
         except ApprovalRejected as exc:
             error = f"A person rejected this call ({exc.by}): {exc.reason}"
         except (ToolFailed, EffectAborted, DeterminismViolation, EffectInterrupted) as exc:
-            error, key = str(exc), exc.key
+            error, key, ran = str(exc), exc.key, self.last_effect_modified_args
         else:
-            key = self.last_effect_key
-            self.persist(ToolResult(record=self._record(call, result=_text(value)), key=key))
+            key, ran = self.last_effect_key, self.last_effect_modified_args
+            record = self._record(call, result=_text(value), ran=ran)
+            self.persist(ToolResult(record=record, key=key))
             return True
-        self.persist(ToolResult(record=self._record(call, error=error), key=key))
+        self.persist(ToolResult(record=self._record(call, error=error, ran=ran), key=key))
         return True
 
     def _invalid(self, call: ToolCall, problem: str) -> bool:
@@ -324,17 +326,24 @@ class AgentSession(Actor[SessionState]):
         return True
 
     def _record(
-        self, call: ToolCall, *, result: str | None = None, error: str | None = None
+        self,
+        call: ToolCall,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        ran: dict[str, Any] | None = None,
     ) -> ToolCallRecord:
         """The history record of ``call``: under the provider's call id, in the turn of the
-        answer that asked for it (the decision just journaled)."""
+        answer that asked for it (the decision just journaled). ``ran``: the arguments it ran
+        with, when a person modified it (the record keeps what the model asked, too)."""
         return ToolCallRecord(
             tool=call.tool,
-            args=dict(call.args),
+            args=dict(call.args) if ran is None else ran,
             result=result,
             error=error,
             call_id=call.call_id,
             turn=self.state.decisions,
+            asked=msgspec.UNSET if ran is None else dict(call.args),
         )
 
     def _end(self, outcome: str, answer: str) -> None:

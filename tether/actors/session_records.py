@@ -63,15 +63,19 @@ class GetSessionInfo(Message):
 
 
 class TaskCall(msgspec.Struct, frozen=True, kw_only=True):
-    """One tool call a task made, as its ``TaskResult`` reports it."""
+    """One tool call a task made, as its ``TaskResult`` reports it: ``args``, the arguments it
+    ran with; ``asked``, those the model asked for when a person modified the call on
+    approving it (None: it ran as asked)."""
 
     tool: str
     args: dict[str, Any]
     result: str | None = None  # what the model was shown (JSON for structured results)
     error: str | None = None
     # The call's idempotency key in the effects ledger (``tether show``, ``tether quarantine``);
-    # None when nothing was recorded: invalid arguments, a detected loop, an open breaker.
+    # None when nothing was recorded: invalid arguments, a detected loop, an open breaker that
+    # refused the call's first attempt.
     effect_key: str | None = None
+    asked: dict[str, Any] | None = None
 
 
 class TaskResult(FallibleReply, frozen=True, kw_only=True, tag=True):
@@ -269,6 +273,7 @@ def fold_event(state: SessionState, event: SessionEvent, max_history: int) -> Se
                 result=record.result,
                 error=record.error,
                 effect_key=key,
+                asked=None if isinstance(record.asked, msgspec.UnsetType) else record.asked,
             )
             return rep(
                 state,

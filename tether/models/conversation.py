@@ -18,7 +18,10 @@ Invariants the adapters rely on:
   kept just before the records), never text tether made up;
 * ids the provider did not give (a scripted model's calls, older records) are made up
   deterministically from the record's place, ``tether_<turn>_<n>``, so the same history
-  always reads the same.
+  always reads the same;
+* a call a person modified before it ran goes back as the model asked for it (the assistant's
+  call is the model's own), and its result starts by saying that a person modified it and
+  with which arguments it ran.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from tether.actors.context import ChatMessage, ContextBundle, ToolCallRecord
+from tether.actors.context import ChatMessage, ContextBundle, ToolCallRecord, modified_note
 from tether.actors.messages import TOO_DEEP, nesting_problem
 from tether.actors.model import Decision, FinalAnswer, ModelRequest, ToolCall, ToolCalls, Usage
 
@@ -150,7 +153,10 @@ def _sent(record: ToolCallRecord, position: int, n: int) -> SentCall:
         output, is_error = record.error, True
     else:
         output, is_error = ("(nothing)" if record.result is None else record.result), False
-    return SentCall(call_id, record.tool, dict(record.args), output, is_error)
+    note = modified_note(record)
+    if note:  # the call goes back as the model made it; its outcome says what ran instead
+        output = f"{note}\n{output}"
+    return SentCall(call_id, record.tool, dict(record.asked_args), output, is_error)
 
 
 def answer(text: str, calls: Sequence[ToolCall], usage: Usage, nothing: str) -> Decision:

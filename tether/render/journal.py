@@ -85,6 +85,8 @@ def _model_decided(e: Mapping[str, Any]) -> str:
 def _tool_result(e: Mapping[str, Any]) -> str:
     record = e["record"]
     call = f"{record['tool']}({compact(record.get('args', {}), cut_at=40)})"
+    if record.get("asked") is not None:  # a person modified it: it ran with args, not these
+        call += f" modified by a person from ({compact(record['asked'], cut_at=40)})"
     key = f" [effect {str(e['key'])[:8]}]" if e.get("key") else ""
     if e.get("invalid"):
         return f"{call} not made, invalid arguments: {cut(str(record.get('error')), 60)}"

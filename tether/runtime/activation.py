@@ -5,7 +5,11 @@ finds its mail, or when its supervisor starts it. Activating it reads its record
 lease (a new fencing token, I8) through the committer and starts its ``Cell``. One that is
 stopped for good is not started: mail stored for it after the stop goes to the dead letters.
 A child is started by its supervisor, in this runtime: activating a child activates its
-supervisor first, which starts its children itself, in order.
+supervisor first, which starts its children itself, in order; except a child its supervisor
+never starts (``Actor.starts_where_used``: a session's guards), started here on first use
+whichever runtime runs its supervisor. An actor whose lease another live runtime holds is not
+activated here: the store refuses the lease, and the refusal is remembered until that owner's
+next renewal at the earliest (``leased_elsewhere``).
 
 An activation that fails (a damaged record, a constructor that raises) is tried again after a
 backoff, per actor (``failed``); a committed step ends the backoff. Activations found by the
@@ -81,6 +85,9 @@ class Activation:
         self._queue = ActivationQueue(self._activate_quietly, life.start_soon, _ACTIVATING_AT_ONCE)
         self.not_before: dict[str, float] = {}  # actor id -> earliest next activation attempt
         self.failures: dict[str, int] = {}  # actor id -> activations failed in a row
+        # actor id -> until when another live runtime is known to hold its lease (or its
+        # supervisor's: a subtree lives in one runtime), as the store refused it here
+        self.refused: dict[str, float] = {}
 
     def wake_actor(self, actor_id: str) -> None:
         """Messages for ``actor_id`` were stored outside the send path: make sure they run."""
@@ -146,7 +153,7 @@ class Activation:
             if spec is None or rec is None:
                 return None
             parent_id = rec.parent_id
-            if parent_id is not None:
+            if parent_id is not None and not spec.cls.starts_where_used:
                 parent = self._cells.get(parent_id)
                 if parent is None or not (by_parent or parent.ready.is_set()):
                     # A subtree lives in one runtime: start the supervisor, which starts its
@@ -193,6 +200,9 @@ class Activation:
         if parent is None:
             parent = await self.activate(parent_id)
             if parent is None:
+                until = self.refused.get(parent_id)
+                if until is not None:  # its subtree lives in the runtime that holds it
+                    self.refused[actor_id] = until
                 return None
         await parent.ready.wait()  # its on_start starts the children it starts itself
         cell = self._cells.get(actor_id)
@@ -211,9 +221,12 @@ class Activation:
         )
         fence = result.leases.get(actor_id)
         if fence is None:
-            self.not_before[actor_id] = now + self._lease_ttl / 2
+            # Another live runtime holds it (the store judged its lease): not tried again here
+            # before its owner renews it at the earliest.
+            self.not_before[actor_id] = self.refused[actor_id] = now + self._lease_ttl / 2
             return None
         self.not_before.pop(actor_id, None)
+        self.refused.pop(actor_id, None)
         if actor_id in self._supervision.held or actor_id in self._registry.stopping:
             # Held by its supervisor while we were acquiring: it is not ours to start.
             await self._committer.submit(LeaseRelease(actor_id, fence))
@@ -225,6 +238,16 @@ class Activation:
         telemetry.activations.add(1)
         governor.activated(len(self._cells))
         return cell
+
+    def leased_elsewhere(self, actor_id: str) -> float | None:
+        """Until when another live runtime is known to hold ``actor_id``'s lease (or its
+        supervisor's, for a child that lives with it), from the store's refusal of the lease
+        here; None if it is not known to (then an activation may take it)."""
+        until = self.refused.get(actor_id)
+        if until is not None and until <= self._kernel.clock():
+            del self.refused[actor_id]
+            return None
+        return until
 
     def failed(self, actor_id: str, exc: Exception) -> None:
         """Activating ``actor_id`` (or its restart) failed: try again after a backoff."""
@@ -260,6 +283,7 @@ class Activation:
         """Drop what this runtime remembers of ``actor_id`` (its id went to a new actor)."""
         self._registry.known.pop(actor_id, None)
         self.not_before.pop(actor_id, None)
+        self.refused.pop(actor_id, None)
         self.failures.pop(actor_id, None)
         self._supervision.root_restarts.pop(actor_id, None)
         self._supervision.root_last_failure.pop(actor_id, None)

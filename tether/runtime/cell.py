@@ -45,7 +45,7 @@ from tether.runtime.journal import decoders
 from tether.runtime.live_actor import CellHost, LiveActor
 from tether.runtime.replies import encode_reply
 from tether.runtime.step import Deactivate, Exit, Step, SupervisorFailed, current_step
-from tether.store.records import LateReply, Snapshot, StepCommit, StoredMessage
+from tether.store.records import JournalRow, LateReply, Snapshot, StepCommit, StoredMessage
 
 
 class Cell(LiveActor):
@@ -284,16 +284,23 @@ class Cell(LiveActor):
             self._state = state_before
             await self._not_committed(m, step, failure)
             return
+        events = step.events
+        if events and events[0].seq != self.seq + 1:
+            # A guard's appends (``submit_staged``) were numbered while its handler ran.
+            step.events = renumbered(events, self.seq)
         new_seq = self.seq + len(step.events)
         nxt = self.buffer[1] if len(self.buffer) > 1 else None
         commit = self._step_commit(m, step, new_seq, reply_bytes, late, nxt)
+        # Advanced at submission, as ``submit_staged`` does: a guard's appends submitted while
+        # this commits are numbered after it (set after the await, ``seq`` moved back over
+        # them and the next append reused a number). A failed commit re-folds from the store.
+        self.seq = new_seq
         try:
             result = await self.commit(commit)
         except JournalWriteError as exc:
             self._state = state_before
             await self._commit_failed(m, exc)
             return
-        self.seq = new_seq
         self.buffer.popleft()
         if rt.unfinished:  # an earlier attempt's commit failed (rare)
             rt.unfinished.pop(m.msg_id, None)
@@ -323,8 +330,9 @@ class Cell(LiveActor):
         nxt: StoredMessage | None,
     ) -> StepCommit:
         """The write of ``m``'s step: its events (with a snapshot every ``snapshot_every``), its
-        outbox, its reply and late replies, its ack, its stop, and the claim of ``nxt``'s
-        attempt (I7 without a commit of its own)."""
+        outbox, its reply and late replies, its ack, its stop, the claim of ``nxt``'s attempt
+        (I7 without a commit of its own), and the retries the breaker refused that the step
+        went on without, settled."""
         rt = self.runtime
         every = rt.snapshot_every
         snapshot: Snapshot | None = None
@@ -354,6 +362,7 @@ class Cell(LiveActor):
             claim_next=claim_next,
             stop=stop,
             late_replies=late,
+            effects=step.refused_retries,
         )
 
     def _late_replies(self, step: Step) -> list[LateReply]:
@@ -390,3 +399,9 @@ class Cell(LiveActor):
         self.state_lost()
         self.rescan_requested = True
         await self.restart()
+
+
+def renumbered(rows: list[JournalRow] | tuple[()], after: int) -> list[JournalRow]:
+    """A step's journal rows numbered from ``after + 1``: a guard's handler persisted them
+    while appends decided on other actors' effect paths took the numbers they had."""
+    return [JournalRow(after + i, row.payload) for i, row in enumerate(rows, 1)]

@@ -8,8 +8,10 @@ and the dead letters.
   no receipt) is fine while its message is still in the mailbox (its actor settles it when
   it next runs it: a live owner now, or whoever activates it) or in the dead letters (a
   person retries or discards it); otherwise it is a violation. A ``quarantined`` row is the
-  quarantine entry itself; a ``retry`` row records a call known not to have been carried
-  out (a breaker refused the next attempt), which its step may leave behind.
+  quarantine entry itself. A ``retry`` row records a call known not to have been carried
+  out (the breaker refused its next attempt, or a person ordered it again) that its step
+  makes when it runs again: fine under the same conditions as a ``pending`` one, a violation
+  otherwise (a step that goes on without the call settles it as failed when it commits).
 * Every call of a tool declared ``requires_approval=True``, and every call whose place has an
   approval request (an escalation), ran under an approved request at its place, for the same
   call (fingerprint) and with the arguments approved. Whether a tool requires approval is read
@@ -78,6 +80,14 @@ def check_effects(
                 f"effect {e.key} of {e.actor_id!r} ({e.tool}) is pending: the call may have "
                 f"happened, and its message {e.msg_id} is in neither the mailbox nor the dead "
                 "letters, so nothing will settle it",
+                **ids,
+            )
+        if e.status == "retry" and e.msg_id not in waiting and e.msg_id not in dead:
+            report.add(
+                "retry_left_behind",
+                f"effect {e.key} of {e.actor_id!r} ({e.tool}) is retry: it is to be called "
+                f"again when its step runs again, and its message {e.msg_id} is in neither the "
+                "mailbox nor the dead letters, so nothing will make or settle it",
                 **ids,
             )
         _check_approval(e, requests, rules, report)

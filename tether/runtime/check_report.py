@@ -27,6 +27,8 @@ KINDS: dict[str, str] = {
     "receipt_incomplete": "a receipt without its outcome (done: no result; failed: no error)",
     "intent_without_receipt": "an intent that nothing will ever settle: no receipt, no "
     "quarantine, and its message is in neither the mailbox nor the dead letters",
+    "retry_left_behind": "a call to be made again when its step runs again, whose message is "
+    "in neither the mailbox nor the dead letters: nothing will make or settle it",
     "unapproved_call": "a call that needs a person's approval ran (or may run) without one",
     "approval_mismatch": "a call ran under an approval given for another call",
     "approval_incomplete": "an approved request without the arguments it approved",

@@ -82,7 +82,7 @@ async def perform(cell: EffectCell, step: Step, tool: Tool, args: dict[str, Any]
         raise ConfigError(
             f"{cell.actor_id}: effect() is only allowed while handling a stored message"
         )
-    step.last_key = None
+    step.last_key = step.modified_args = None
     call = tool.prepare(args)
     idx = step.next_effect
     step.next_effect += 1
@@ -176,6 +176,8 @@ class _Effect:
             recorded.tool != self.tool.name or recorded.input_hash != self.input_hash
         ):
             await violation(self, recorded)
+        if recorded is not None and recorded.args != self.args_blob:
+            gate.ran_with(self, recorded.args)  # a person modified the call its row records
         if recorded is None or recorded.status in ("pending", "retry"):
             # About to call: loop detector -> breaker -> gate -> ledger (DESIGN §6). The loop
             # detector sees each call once (a replay of its slot is not a new call, and a
@@ -308,12 +310,10 @@ class _Effect:
         while True:
             try:
                 token = admit(self)
-            except ToolUnavailable:
+            except ToolUnavailable as refused:
                 await self.flush()
                 if not first:
-                    # An earlier attempt is known not to have been carried out: say so, so
-                    # that the redelivery calls again instead of treating it as ambiguous.
-                    await self.write(msgspec.structs.replace(rec, status="retry"))
+                    await self.refused_retry(rec, refused)
                 raise
             await self.write(rec)  # I4: the intent is durable before the call
             first = False
@@ -370,6 +370,30 @@ class _Effect:
                 raise ToolFailed(tool.name, self.key, error, rec.attempts) from exc
             record_outcome(self, token, None, started)
             return await self.receipt(rec, value)
+
+    async def refused_retry(self, rec: EffectRecord, refused: ToolUnavailable) -> None:
+        """Attempt ``rec.attempts`` (not the first) was refused by the open breaker: it was
+        not made, nor any since the last one recorded. The row says "retry", so that a
+        redelivery of the step calls again instead of taking the last attempt for ambiguous.
+        If the step commits instead (its handler went on without the call), nothing would
+        ever make or settle it: its commit settles the row as failed, in the same transaction
+        (I2), saying why (``Step.refused_retries``)."""
+        await self.write(msgspec.structs.replace(rec, status="retry"))
+        refused.key = self.key
+        error = (
+            f"attempt {rec.attempts} was not made: the breaker of tool {self.tool.name!r} was "
+            "open; the step went on without the call"
+        )
+        self.step.add_refused_retry(
+            msgspec.structs.replace(
+                rec,
+                status="failed",
+                attempts=rec.attempts - 1,  # the attempts made
+                error=error,
+                history=[*rec.history, f"attempt {rec.attempts} refused: {refused.reason}"],
+                updated_at=self.cell.runtime.clock(),
+            )
+        )
 
     async def _invoke(self) -> Any:
         kwargs = dict(self.kwargs)

@@ -8,7 +8,9 @@ agent hears why), or approved, when exactly the approved call runs (``Modify``: 
 as modified). The gate's decisions are journaled in the session's ``Gate`` actor, with the
 session's next commit.
 
-``GatedCall`` is what the gate reads and sets of the call it judges.
+``GatedCall`` is what the gate reads and sets of the call it judges. A call that runs with
+arguments a person modified says so to its handler (``ran_with``: ``Step.modified_args``), on
+its first run and on every replay of its ledger row.
 """
 
 from __future__ import annotations
@@ -95,8 +97,25 @@ async def judge(call: GatedCall, record: ApprovalRecord | None) -> None:
         raise DeterminismViolation(tool.name, rid, f"approval {rid} is {record.status}")
     if record.approved_args != call.args_blob:
         approved = tool.prepare(msgspec.msgpack.decode(record.approved_args, type=dict))
+        ran_with(call, approved.args_blob)
         call.kwargs, call.args_blob = approved.kwargs, approved.args_blob
     call.log.info("approval_applied", request_id=rid, modified=record.approved_args != record.args)
+
+
+def ran_with(call: GatedCall, args_blob: bytes) -> None:
+    """The call runs (or ran: its ledger row says so) with ``args_blob``, not with the
+    arguments its handler gave: a person modified it on approval. Told to the handler
+    (``Actor.last_effect_modified_args``), so that an agent session records, and tells its
+    model, the call that ran. Arguments equal as values are no modification, nor is a row
+    whose arguments do not decode (what they were cannot be told)."""
+    if args_blob == call.args_blob:
+        return
+    try:
+        if msgspec.msgpack.decode(args_blob, type=dict) == msgspec.msgpack.decode(call.args_blob):
+            return
+    except msgspec.DecodeError:
+        return
+    call.step.modified_args = args_blob
 
 
 async def _hold(call: GatedCall, rid: str, reason: str, now: float) -> NoReturn:

@@ -7,9 +7,20 @@ changes with every call. Their decisions are synchronous on the guard actor's li
 (no message round trip); the events are appended to the guard's journal with
 ``Cell.append_events`` and committed in the same group commit as the effect's own write.
 
-A guard actor another runtime owns (two runtimes on one store) cannot be journaled from here:
-this runtime then uses an in-memory breaker of its own for that tool and says so in its log,
-and skips loop detection for that session.
+Where the guards live, with several runtimes on one store (docs/guards.md, "Several runtimes"):
+
+* a session's loop guard and gate start where the session runs, on first use
+  (``Actor.starts_where_used``), whichever runtime runs their supervisor; when the session
+  leaves a runtime they leave with it (``session_left``), so that its next runtime takes them;
+* a tool's breaker is shared: it lives with the guards' supervisor, in one runtime;
+* a guard another live runtime holds is known as such at once: the store refuses its lease
+  here (``Kernel.leased_elsewhere``), and that answer is kept until the lease could have
+  changed (its owner's next renewal), with no poll and no store read meanwhile. The effect
+  path then goes on without it: an in-memory breaker of this runtime's own for that tool
+  (said once in the log), no loop detection for that session, and a gate that journals
+  nothing here. The approval itself never depends on the gate actor: a held call's request
+  is stored with its step's park, and only a person's decision (or the policy's deadline)
+  in the store lets it run (I9).
 """
 
 from __future__ import annotations
@@ -64,13 +75,20 @@ class BreakerGuard:
     """One tool's breaker as the effect path sees it."""
 
     def __init__(
-        self, tool: Tool, policy: BreakerPolicy, taxonomy: bool, cell: ActiveCell | None
+        self,
+        tool: Tool,
+        policy: BreakerPolicy,
+        taxonomy: bool,
+        cell: ActiveCell | None,
+        until: float = 0.0,
     ) -> None:
         self.tool = tool
         self.policy = policy
         self.taxonomy = taxonomy  # classify by tether's error taxonomy, not the policy's types
         self.cell = cell
         self._local = BreakerCore(policy) if cell is None else None
+        # In memory (no cell): used until then, when the breaker actor may be free to take.
+        self.until = until
 
     def _core(self) -> BreakerCore:
         if self._local is not None:
@@ -168,6 +186,7 @@ class LoopWatch:
 
 
 _RETRY_UNAVAILABLE = 30.0  # seconds before a guard that could not start is tried again
+_START_WAIT = 5.0  # seconds a guard being (re)started here by its supervisor is waited for
 # Start failures that the next attempt would meet again: a record that does not decode, a
 # class or arguments that do not fit. A store error may pass, and is raised as before.
 _PERMANENT = (ConfigError, CorruptRecordError)
@@ -181,8 +200,9 @@ class Guards:
         self._locks: dict[str, list[Any]] = {}  # actor id -> [lock, users]
         self._fallback: dict[str, BreakerGuard] = {}
         # guard id -> (until, why): a guard that cannot start here (a corrupt record, a class
-        # that does not import) is not tried again before `until`; meanwhile the effect path
-        # goes on without it, as when another runtime owns it, instead of failing every call.
+        # that does not import), or that another live runtime holds, is not tried again before
+        # `until`; meanwhile the effect path goes on without it, instead of failing (or
+        # waiting on) every call.
         self._unavailable: dict[str, tuple[float, str]] = {}
         self._guards: dict[str, BreakerGuard] = {}  # by tool name, while its cell lives
 
@@ -199,7 +219,10 @@ class Guards:
         known = self._guards.get(tool.name)
         if known is not None and known.tool is tool:
             cell = known.cell
-            if cell is None or (self._rt.cells.get(cell.actor_id) is cell and cell.instance):
+            if cell is None:
+                if self._rt.clock() < known.until:
+                    return known  # in memory, until the breaker actor may be ours to take
+            elif self._rt.cells.get(cell.actor_id) is cell and cell.instance:
                 return known  # the common case: no lookup, no allocation
         if isinstance(spec, BreakerPolicy):
             policy, kind, taxonomy = spec, "external_api", False
@@ -210,23 +233,24 @@ class Guards:
                 f"tool {tool.name!r}: breaker must be a kind name, a tether.BreakerPolicy or "
                 f"None, not {spec!r}"
             )
-        cell = await self._cell(breaker_id(tool.name), Breaker, {"tool": tool.name, "kind": kind})
+        guard_id = breaker_id(tool.name)
+        cell = await self._cell(guard_id, Breaker, {"tool": tool.name, "kind": kind})
         if cell is None:
+            until, why = self._unavailable.get(
+                guard_id, (self._rt.clock() + _RETRY_UNAVAILABLE, "it did not start in time")
+            )
             guard = self._fallback.get(tool.name)
-            if guard is None:
-                unavailable = self._unavailable.get(breaker_id(tool.name))
+            if guard is None or guard.tool is not tool:
                 telemetry.log.warning(
                     "breaker_not_owned_here",
                     tool=tool.name,
-                    detail=(
-                        f"it cannot start here ({unavailable[1]}); using an in-memory one"
-                        if unavailable is not None
-                        else "another runtime owns this breaker; using an in-memory one"
-                    ),
+                    detail=f"{why}; using an in-memory one",
                 )
                 guard = self._fallback[tool.name] = BreakerGuard(tool, policy, taxonomy, None)
+            guard.until = until
             self._guards[tool.name] = guard
             return guard
+        self._fallback.pop(tool.name, None)  # the breaker actor is ours again
         guard_instance(cell, Breaker).policy = policy
         guard = self._guards[tool.name] = BreakerGuard(tool, policy, taxonomy, cell)
         return guard
@@ -311,6 +335,10 @@ class Guards:
     async def _start(
         self, actor_id: str, cls: type[Any], init: dict[str, Any], dynamic: bool, parent: str
     ) -> ActiveCell | None:
+        """Create the guard if it does not exist, and activate it here: its live cell; None at
+        once if another live runtime holds it (remembered until its lease could have changed),
+        or if it cannot start here. Only a guard that its supervisor is starting here (a
+        restart under way) is waited for, a few seconds at most."""
         rt = self._rt
         rec = await rt.store.get_actor(actor_id)
         if rec is not None and current_path(rec.class_path) != class_path(cls):
@@ -324,7 +352,7 @@ class Guards:
                     await rt.add_child(parent, ChildSpec(cls, actor_id, **init))
             else:
                 await rt.spawn_child(cls, actor_id, GUARDS_SUPERVISOR, init)
-        with anyio.move_on_after(5.0):
+        with anyio.move_on_after(_START_WAIT):
             while rt.is_open:
                 cell = rt.cells.get(actor_id)
                 if cell is None:
@@ -333,6 +361,11 @@ class Guards:
                     except _PERMANENT as exc:  # its record cannot be read or imported here
                         self._cannot_start(actor_id, exc)
                         return None
+                    if cell is None:
+                        until = rt.leased_elsewhere(actor_id)
+                        if until is not None:
+                            self._elsewhere(actor_id, until, rec.lease_owner if rec else None)
+                            return None
                 if cell is not None:
                     await cell.ready.wait()
                     if cell.instance is not None and rt.cells.get(actor_id) is cell:
@@ -343,17 +376,35 @@ class Guards:
                 await anyio.sleep(0.005)
         return None
 
+    def _elsewhere(self, actor_id: str, until: float, owner: str | None) -> None:
+        """Another live runtime holds the guard ``actor_id`` (the store refused its lease, or
+        its supervisor's, here; ``owner``: who held it when last read): go on without it
+        until ``until``, when that lease could have changed."""
+        held_by = f"runtime {owner}" if owner else "another runtime"
+        self._go_without(actor_id, until, f"{held_by} holds it")
+        telemetry.log.info("guard_held_elsewhere", guard=actor_id, owner=owner, until=until)
+
+    def session_left(self, actor_id: str) -> None:
+        """The actor ``actor_id`` (a session) left this runtime: its guards here leave with
+        it, giving their leases back, so that the runtime that runs it next takes them."""
+        cells = self._rt.cells
+        for guard_id in self.of_session(actor_id):
+            cell = cells.get(guard_id)
+            if cell is not None:
+                cell.leave()
+
     def _cannot_start(self, actor_id: str, exc: Exception) -> None:
         """Go on without the guard ``actor_id`` for a while, and say why, once per while."""
         why = f"{type(exc).__name__}: {exc}"
-        self._unavailable[actor_id] = (self._rt.clock() + _RETRY_UNAVAILABLE, why)
+        self._go_without(actor_id, self._rt.clock() + _RETRY_UNAVAILABLE, why)
         telemetry.log.error(
-            "guard_unavailable",
-            guard=actor_id,
-            error=why,
-            retry_in=_RETRY_UNAVAILABLE,
-            detail="the effect path goes on without it until then",
+            "guard_unavailable", guard=actor_id, error=why, retry_in=_RETRY_UNAVAILABLE
         )
+
+    def _go_without(self, actor_id: str, until: float, why: str) -> None:
+        """The effect path goes on without the guard ``actor_id`` until ``until``, because
+        ``why``: it is not looked for meanwhile (``_cell``)."""
+        self._unavailable[actor_id] = (until, why)
 
     async def _ensure_supervisor(self) -> None:
         try:

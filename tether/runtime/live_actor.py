@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import anyio
+import msgspec
 
 from tether import telemetry
 from tether.actors.actor import Actor, ActorSpec
@@ -202,6 +203,11 @@ class LiveActor:
     @property
     def last_effect_key(self) -> str | None:
         return self.step.last_key if self.step is not None else None
+
+    @property
+    def last_effect_modified_args(self) -> dict[str, Any] | None:
+        blob = self.step.modified_args if self.step is not None else None
+        return None if blob is None else msgspec.msgpack.decode(blob, type=dict[str, Any])
 
     def escalate(self, reason: str) -> None:
         if self.step is None or self.step.closed:

@@ -167,7 +167,11 @@ class Quarantine:
         rows = await self._rt.store.find_effects(key=key)
         if not rows:
             raise EffectNotFound(key)
-        raise EffectNotFound(key, f"it is {rows[0].status}, not quarantined")
+        rec = rows[0]
+        # A failed row says why: a retry a person ordered may have been refused by the open
+        # breaker, its step gone on without it (it left the list; this is where it went).
+        why = f": {rec.error}" if rec.status == "failed" and rec.error else ""
+        raise EffectNotFound(key, f"it is {rec.status}, not quarantined{why}")
 
 
 class Resolution(NamedTuple):

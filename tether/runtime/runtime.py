@@ -42,7 +42,7 @@ from tether.runtime.dead_letters import DeadLetters
 from tether.runtime.guards import Guards
 from tether.runtime.journal import session_info
 from tether.runtime.lifecycle import Lifecycle
-from tether.runtime.live_actor import CellHost
+from tether.runtime.live_actor import CellHost, LiveActor
 from tether.runtime.mail import Mail, new_prefix
 from tether.runtime.quarantine import Quarantine
 from tether.runtime.reads import Reader
@@ -220,10 +220,17 @@ class Runtime:
         # to the service that does it: no hop through the facade on a message's trip.
         self.start_soon = self.life.start_soon
         self.activate = self.activation.activate
+        self.leased_elsewhere = self.activation.leased_elsewhere
         self.activate_soon = self.activation.activate_soon
         self.activation_failed = self.activation.failed
         self.wake_actor = self.activation.wake_actor
-        self.cell_exited = self.activation.cell_exited
+        activation_exited, guards_leave = self.activation.cell_exited, self.guards.session_left
+
+        def cell_exited(cell: LiveActor) -> None:
+            activation_exited(cell)
+            guards_leave(cell.actor_id)  # a session's guards here leave with it (guards.py)
+
+        self.cell_exited = cell_exited
         self.forget_actor = self.activation.forget
         self.abandon_cell = self.registry.remove
         self.detach_if_idle = self.registry.detach_if_idle

@@ -29,12 +29,14 @@ class Step:
         "last_key",
         "late_replies",
         "ledger",
+        "modified_args",
         "next_effect",
         "outbox",
         "park_approval",
         "park_effect",
         "park_notices",
         "park_until",
+        "refused_retries",
         "reply_deferred",
         "stop_reason",
         "suspended",
@@ -55,6 +57,9 @@ class Step:
         self.late_replies: list[tuple[str, Any]] | tuple[()] = ()
         self.next_effect = 0  # the index of the step's next effect (I5)
         self.last_key: str | None = None  # the latest effect's idempotency key
+        # The arguments the latest effect ran with (msgpack), when a person modified them on
+        # approval; None when it ran as its handler asked (``Actor.last_effect_modified_args``).
+        self.modified_args: bytes | None = None
         # effect index -> why it must wait for a person (set by guards, e.g. a loop)
         self.escalations: dict[int, str] | None = None
         self.ledger: dict[int, EffectRecord] | None = None  # this message's ledger rows
@@ -64,6 +69,9 @@ class Step:
         self.park_approval: ApprovalRecord | None = None
         self.park_notices: list[NewMessage] | tuple[()] = ()  # a new request's notices
         self.park_until = PARKED
+        # Ledger rows of retries the breaker refused, as the step's commit settles them:
+        # failed, never made (``effects._Effect.refused_retry``). Until then they say "retry".
+        self.refused_retries: list[EffectRecord] | tuple[()] = ()
 
     def add_event(self, row: JournalRow) -> None:
         if isinstance(self.events, list):
@@ -82,6 +90,12 @@ class Step:
             self.late_replies.append((msg_id, value))
         else:
             self.late_replies = [(msg_id, value)]
+
+    def add_refused_retry(self, settled: EffectRecord) -> None:
+        if isinstance(self.refused_retries, list):
+            self.refused_retries.append(settled)
+        else:
+            self.refused_retries = [settled]
 
     def suspend(
         self,

@@ -136,6 +136,13 @@ class Supervision:
         if cell.parent_id is None:
             return await self._root_decision(cell, exc, reason, starting=starting)
         parent = self.rt.cells.get(cell.parent_id)
+        if parent is None and cell.spec.cls.starts_where_used:
+            # Its supervisor runs in another runtime (or none), so it is decided here, as its
+            # supervisor would (a guard's: restart): a failed handler restarts it in place (its
+            # state re-folded from its journal); a failed start leaves memory, unheld, and its
+            # next use starts it again.
+            elsewhere = f"{reason} (supervisor {cell.parent_id} runs elsewhere)"
+            return Decision("exit" if starting else "restart", reason=elsewhere)
         if parent is None or parent.instance is None:
             # Its supervisor left memory (stopped, restarting, failed to start): nobody here
             # decides for it, so it leaves too; its supervisor starts it again, if it does.

@@ -7,7 +7,7 @@ of stale actors (I8), so that the SQLite and PostgreSQL stores apply a batch ali
 
     fences → spawns → revives → watches → releases → acquires → messages (sends, outboxes,
     notices) → steps (journal, snapshots, replies, acks) → claims → failures (and dead
-    letters) → effects → parks → stops
+    letters) → effects (and the rows settled with a step) → parks → stops
 
 Messages go before steps (a step's reply reads its message's row before the ack deletes it;
 an outbox message to an actor stopping in the same batch is dead-lettered with its mail),
@@ -68,6 +68,9 @@ def plan(b: Batch, stale: set[str]) -> BatchPlan:
     claims = [c.msg_id for c in live(b.claims, stale)]
     claims.extend(s.claim_next for s in steps if s.claim_next is not None)
     effects = [e.record for e in live(b.effects, stale)]
+    for s in steps:
+        if s.effects:  # a retry its step went on without, settled with the step
+            effects.extend(s.effects)
     effects.extend(p.effect for p in parks if p.effect is not None)
     stops = [s.stop for s in steps if s.stop is not None] + list(b.stops)
     return BatchPlan(

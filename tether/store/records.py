@@ -225,6 +225,9 @@ class StepCommit(msgspec.Struct, gc=False):
     claim_next: str | None = None
     stop: StopActor | None = None  # the actor stopped itself in this step
     late_replies: Sequence[LateReply] = ()
+    # Ledger rows settled with the step: a retry that the breaker refused and that the step
+    # went on without, marked failed (it was never made) in the step's own transaction.
+    effects: Sequence[EffectRecord] = ()
 
 
 class Claim(msgspec.Struct, gc=False):

@@ -113,6 +113,8 @@ class GuardSupervisor(Supervisor):
     Breakers are dynamic children (few, one per tool). A session's guards are children by
     their records alone (``parent_id``), not entries in this supervisor's state: their child
     entry follows from their id, so 10,000 sessions cost this supervisor nothing to remember.
+    They run where their session runs (``starts_where_used``): with several runtimes on one
+    store, this supervisor decides their failures only in the runtime it runs in.
     """
 
     strategy = OneForOne(max_restarts=100, within=60.0)

@@ -18,8 +18,10 @@ fold of its journal: after a crash an open breaker is still open until the same 
 session's recent calls are still remembered.
 
 Invariant: a guard's events are only ever appended through ``Cell.append_events`` — never with
-``persist`` inside a handler — so that direct appends and messages never race for a sequence
-number. The messages below are for people and tools (reset, inspect).
+``persist`` inside a handler — so that the order its state in memory applied them in is the
+order of its journal. Appends are numbered when submitted, and a step of the guard's own
+handler (the messages below, for people and tools: reset, inspect) advances the journal's
+number when its commit is submitted, so the two never take the same number.
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ class LoopGuard(Actor[LoopState]):
     """One session's loop detector: its recent calls and detections, journaled."""
 
     initial_state = LoopState()
+    starts_where_used = True  # with its session, whichever runtime runs the guards' supervisor
     #: Its state also holds the calls ``on_start`` rebuilds from the session's ledger (never
     #: journaled here), so a snapshot is more than its journal's fold: ``tether check`` does
     #: not compare the two.
@@ -267,6 +270,7 @@ class Gate(Actor[GateState]):
     the step that applies the decision)."""
 
     initial_state = GateState()
+    starts_where_used = True  # with its session, whichever runtime runs the guards' supervisor
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id

@@ -10,6 +10,7 @@ writer, its event loop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -55,7 +56,7 @@ def apply_one(t: Tables, write: Write) -> BatchResult | None:
         t._seq += 1  # inline Tables.next_seq: this is every message's path
         t.mailbox[step.msg_id] = Row(t._seq, step, step.attempts)
         return _NOTHING_TO_REPORT
-    if kind is not StepCommit or step.stop is not None:
+    if kind is not StepCommit or step.stop is not None or step.effects:
         return None
     rec = t.actors.get(step.actor_id)
     if rec is None or rec.fence != step.fence:
@@ -105,7 +106,10 @@ def apply_sync(t: Tables, batch: Batch) -> BatchResult:
     messages = batch.messages  # then the steps' outboxes, in order
     claims = [c.msg_id for c in _live(batch.claims, stale)] if batch.claims else []
     stop_ops: list[StopActor] = []
+    settled: Sequence[EffectRecord] = ()  # ledger rows settled with a step (rare)
     for s in steps:
+        if s.effects:
+            settled = [*settled, *s.effects]
         if s.outbox:
             if messages is batch.messages:
                 messages = list(messages)
@@ -131,8 +135,8 @@ def apply_sync(t: Tables, batch: Batch) -> BatchResult:
         apply_step(t, s)
     for msg_id in claims:
         claim(t, msg_id)
-    if batch.failures or batch.effects or batch.parks or stop_ops:
-        apply_rest(t, batch, stale, stop_ops)
+    if batch.failures or batch.effects or batch.parks or stop_ops or settled:
+        apply_rest(t, batch, stale, stop_ops, settled)
     return result
 
 
@@ -219,9 +223,15 @@ def apply_registry(t: Tables, batch: Batch, result: BatchResult) -> None:
             result.leases[acq.actor_id] = None
 
 
-def apply_rest(t: Tables, batch: Batch, stale: set[str], stop_ops: list[StopActor]) -> None:
+def apply_rest(
+    t: Tables,
+    batch: Batch,
+    stale: set[str],
+    stop_ops: list[StopActor],
+    settled: Sequence[EffectRecord],
+) -> None:
     """The rarer writes of ``apply_sync`` (failures, the ledger, parks, stops), after the
-    checks: nothing here can fail."""
+    checks: nothing here can fail. ``settled``: ledger rows settled with a live step."""
     actors, mailbox = t.actors, t.mailbox
 
     for f in batch.failures:
@@ -236,6 +246,7 @@ def apply_rest(t: Tables, batch: Batch, stale: set[str], stop_ops: list[StopActo
 
     parks = [p for p in batch.parks if p.actor_id not in stale]
     ledger = [e.record for e in batch.effects if e.actor_id not in stale]
+    ledger.extend(settled)
     ledger.extend(p.effect for p in parks if p.effect is not None)
     for e in ledger:
         upsert_effect(t, e)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from tether.store.protocol import Store
 from tether.store.records import (
     Batch,
     Claim,
+    EffectWrite,
     JournalRow,
     Snapshot,
 )
 from tether.testing.conformance.support import (
     LATER,
     NOW,
+    effect,
     halt,
     journal_seqs,
     msg,
@@ -21,6 +25,7 @@ from tether.testing.conformance.support import (
     send,
     spawn,
     step,
+    take_over,
 )
 
 # -- step commit (I2) ---------------------------------------------------------------------------
@@ -134,6 +139,32 @@ async def test_step_commit_claim_next_counts_an_attempt_on_that_message(store: S
     await store.apply(Batch(steps=[step("a", fence, "m1", claim_next="m2")]))
     got = {m.msg_id: m.attempts for m in await store.pending("a", NOW, 100)}
     assert got == {"m2": 1, "m3": 0}
+
+
+async def test_step_commit_settles_its_ledger_rows_with_it_unless_stale(store: Store) -> None:
+    """The ledger rows a step carries (a retry it went on without, settled as failed) are
+    written in the step's own transaction, as an ``EffectWrite`` of the slot would write
+    them; a stale step writes none of them (I2, I8)."""
+    fence = await owned(store, "a")
+    await send(store, msg("m1"), msg("m2"))
+    left = [effect("m1", 0, status="retry", attempts=2), effect("m2", 0, status="retry")]
+    await store.apply(Batch(effects=[EffectWrite(fence, row) for row in left]))
+    settled = msgspec.structs.replace(
+        left[0], status="failed", error="attempt 2 was not made", updated_at=NOW + 5
+    )
+    committed = msgspec.structs.replace(
+        step("a", fence, "m1", events=[JournalRow(1, b"e1")]), effects=[settled]
+    )
+    assert (await store.apply(Batch(steps=[committed]))).stale == set()
+    assert await store.effects_of("a", "m1") == [settled]
+    assert await store.load_journal("a", 0, 10) == [JournalRow(1, b"e1")]
+    assert await pending_ids(store, "a") == ["m2"]
+    await take_over(store, "a")
+    late = msgspec.structs.replace(left[1], status="failed", error="not made")
+    stale = msgspec.structs.replace(step("a", fence, "m2"), effects=[late])
+    assert (await store.apply(Batch(steps=[stale]))).stale == {"a"}
+    assert await store.effects_of("a", "m2") == [left[1]]
+    assert await pending_ids(store, "a") == ["m2"]
 
 
 async def test_claim_counts_a_delivery_attempt(store: Store) -> None:
