@@ -75,9 +75,28 @@ def _race(tmp_path: Path, db: Path, store: tether.Store, rng: random.Random) -> 
 
 @pytest.mark.anyio
 async def test_racing_runtimes_never_process_one_actor_concurrently(tmp_path: Path) -> None:
-    """Two processes running one actor: committed handler intervals never overlap, none repeats."""
+    """Two processes running one actor: committed handler intervals never overlap, none repeats.
+
+    Every race is checked. A race must also have handed the actor over (an owner killed, work
+    done by two processes) to count: on a loaded machine a killed owner may not have committed
+    anything yet, and then one process did all the work, which proves nothing about handing
+    over. Such a race is run again, a few times at most."""
+    exercised = []
+    for attempt in range(3):
+        seed = random.randrange(1 << 32)
+        folder = tmp_path / f"race-{attempt}"
+        folder.mkdir()
+        kills, pids = await _checked_race(folder, seed)
+        exercised.append((seed, kills, pids))
+        if kills >= 1 and len(pids) >= 2:
+            return
+    pytest.fail(f"no race handed the actor over (seed, owners killed, pids): {exercised}")
+
+
+async def _checked_race(tmp_path: Path, seed: int) -> tuple[int, set[int]]:
+    """One race, checked: every message handled exactly once, no two handlers at once. Returns
+    how many owners were killed and the pids of the processes that did the work."""
     db = tmp_path / "store.db"
-    seed = random.randrange(1 << 32)
     store = tether.SqliteStore(db)  # the test's window on the store while the racers run
     await store.open()
     try:
@@ -92,9 +111,6 @@ async def test_racing_runtimes_never_process_one_actor_concurrently(tmp_path: Pa
         assert await rt.store.pending("shared", time.time() + 60, 10) == []
 
     assert sorted(w.i for w in worked) == list(range(TOTAL)), f"seed={seed}"  # exactly once
-    pids = {w.pid for w in worked}
-    assert kills >= 1, f"seed={seed}: no racer was ever caught owning the actor"
-    assert len(pids) >= 2, f"seed={seed}: one process did all the work ({kills=}): {pids}"
     overlaps = [
         (x, y)
         for x, y in combinations(worked, 2)
@@ -103,6 +119,7 @@ async def test_racing_runtimes_never_process_one_actor_concurrently(tmp_path: Pa
     assert overlaps == [], f"seed={seed}: handlers ran concurrently in two processes"
     # In journal order, every step ends before the next one starts, whoever ran it.
     assert all(x.end <= y.start for x, y in pairwise(worked)), f"seed={seed}"
+    return kills, {w.pid for w in worked}
 
 
 def _runs(path: Path) -> list[dict[str, Any]]:
