@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 import tether
-from tether.actors.messages import TOO_DEEP
+from tether.actors.messages import TOO_DEEP, nesting_problem
 from tether.console import actions, csrf, views
 from tether.console.actions import Refusal
 from tether.console.auth import Principal, Session
@@ -233,11 +233,19 @@ def _version(form: dict[str, str]) -> int | None:
 def _json(text: str, what: str = "the arguments are") -> Any:
     """``text`` decoded as JSON, or the 422 refusal saying ``what`` is not JSON."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError as exc:
         raise Refusal(422, "invalid_json", f"{what} not valid JSON: {exc}") from exc
-    except RecursionError:  # deeper than json's parser goes, so far beyond what tether stores
-        raise Refusal(422, "invalid_json", f"{what} too deep to store: {TOO_DEEP}") from None
+    except RecursionError:  # deeper than this Python's json parser goes (3.11, 3.12)
+        value = None
+        too_deep: str | None = TOO_DEEP
+    else:
+        # Python 3.13's parser goes far deeper: what it decodes is held to tether's own limit,
+        # so the same text gets the same answer on every Python version.
+        too_deep = nesting_problem(value)
+    if too_deep is not None:
+        raise Refusal(422, "invalid_json", f"{what} too deep to store: {too_deep}")
+    return value
 
 
 async def _check(request: Request) -> Response:
