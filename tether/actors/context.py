@@ -330,7 +330,12 @@ class _Lanes:
         """Each fragment in its lane; ``ConfigError`` for an item that is not a fragment or a
         second goal."""
         lanes = cls()
+        history = lanes.history
         for fragment in fragments:
+            kind = type(fragment)
+            if kind is ChatMessage or kind is ToolCallRecord:  # most of them: one test each
+                history.append(fragment)  # type: ignore[arg-type]
+                continue
             if not isinstance(fragment, _FRAGMENT_TYPES):
                 raise ConfigError(
                     f"not a context fragment: {fragment!r} (expected one of "
@@ -359,6 +364,8 @@ def _checked(count_tokens: TokenCounter) -> Callable[[Fragment], int]:
 
     def cost(fragment: Fragment) -> int:
         n = count_tokens(fragment_text(fragment))
+        if type(n) is int and n >= 0:  # the usual answer, checked cheaply
+            return n
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigError(f"token counter returned {n!r} for {fragment!r}; need an int >= 0")
         return n
