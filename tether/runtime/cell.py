@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Coroutine
-from typing import Any
+from collections.abc import Coroutine, Generator
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -47,6 +47,13 @@ from tether.runtime.live_actor import CellHost, LiveActor
 from tether.runtime.replies import encode_reply
 from tether.runtime.step import Deactivate, Exit, Step, SupervisorFailed, current_step
 from tether.store.records import JournalRow, LateReply, Snapshot, StepCommit, StoredMessage
+
+
+class Handover(Protocol):
+    """The rest of a step an asker began for the cell (``inline.Rest``, ``inline.Raised``)."""
+
+    def __await__(self) -> Generator[Any, Any, None]: ...
+    def close(self) -> None: ...
 
 
 class Cell(LiveActor):
@@ -76,7 +83,7 @@ class Cell(LiveActor):
         # only moment an asker may run a step for it), the rest of a step an asker began, and
         # the task and the context such steps run as (set when the task starts).
         self.idle_waiting = False
-        self.inline_rest: Awaitable[None] | None = None
+        self.inline_rest: Handover | None = None
         self.inline_task: asyncio.Task[Any] | None = None
         self.inline_ctx: contextvars.Context | None = None
 
@@ -112,6 +119,12 @@ class Cell(LiveActor):
             log.error("actor_failed", error=repr(exc), exc_info=exc)
             self.runtime.activation_failed(self._actor_id, exc)
         finally:
+            rest, self.inline_rest = self.inline_rest, None
+            if rest is not None:  # cancelled before it took over a step begun inline
+                try:
+                    rest.close()
+                except Exception as exc:  # noqa: BLE001 - the cell ends either way; logged
+                    log.warning("inline_step_not_closed", error=repr(exc))
             self._idle.cancel()
             self.ready.set()
             self.caught_up.set()

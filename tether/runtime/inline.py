@@ -15,7 +15,7 @@ future is already resolved. If it waits on something (a tool that really waits, 
 does), the coroutine, suspended, is handed to the cell's own task (``Rest``), which goes on
 with it (woken by the future it waits on) exactly where it stopped, and takes its mailbox back
 once it ends. If it raises (``Exit``, ``Deactivate``: supervision decided), the exception is
-handed to the cell's task too (``reraise``), which ends as it would have. Either way a cell
+handed to the cell's task too (``Raised``), which ends as it would have. Either way a cell
 never runs two steps at once: ``current`` is set from the first send to the end of the step,
 and the cell's task looks for a handed-over step before its buffer.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 from tether import telemetry
@@ -70,10 +70,29 @@ class Rest:
                 except StopIteration:
                     return
 
+    def close(self) -> None:
+        """The cell's task ends without going on with the step (it was cancelled before it
+        took it over): the step's coroutine is closed where it waits, in its context, as a
+        cancellation there would end it."""
+        self._ctx.run(self._coro.close)
 
-async def reraise(exc: BaseException) -> None:
+
+class Raised:
     """An exception that ended a step begun inline, raised again in the cell's task."""
-    raise exc
+
+    __slots__ = ("_exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self._exc: BaseException | None = exc
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        exc, self._exc = self._exc, None
+        if exc is not None:
+            raise exc
+        yield  # a generator: awaited once, it raises before this
+
+    def close(self) -> None:
+        self._exc = None
 
 
 def _begin(coro: Coroutine[Any, Any, None], msg_id: str) -> Any:
@@ -84,7 +103,7 @@ def _begin(coro: Coroutine[Any, Any, None], msg_id: str) -> Any:
 
 def start(
     coro: Coroutine[Any, Any, None], msg_id: str, ctx: contextvars.Context, task: asyncio.Task[Any]
-) -> Awaitable[None] | None:
+) -> Rest | Raised | None:
     """Run ``coro``, the delivery of ``msg_id``, as ``task`` in ``ctx`` until it first waits:
     None if it finished, else what ``task`` must await to go on with it (or to raise what
     ended it)."""
@@ -98,7 +117,7 @@ def start(
     except StopIteration:
         return None
     except Exception as exc:  # noqa: BLE001 - the cell's task raises it, as if it had run it
-        return reraise(exc)
+        return Raised(exc)
     finally:
         _leave_task(loop, task)  # type: ignore[misc]
         if asker is not None:
