@@ -186,6 +186,15 @@ def test_tool_text_is_independent_of_args_order() -> None:
     assert fragment_text(failed) == "refund({}) failed: 503"
 
 
+def test_a_tool_calls_text_is_its_own_though_texts_are_kept_between_calls() -> None:
+    """Texts are kept by record (a session renders the same history at every model call):
+    a record made where a freed one was (CPython reuses the address) still gets its own."""
+    kept = ToolCallRecord("refund", {"order": 1}, result="ok")
+    assert fragment_text(kept) == fragment_text(kept) == 'refund({"order":1}) returned: ok'
+    texts = [fragment_text(ToolCallRecord("t", {"i": i}, result=str(i))) for i in range(50)]
+    assert texts == [f't({{"i":{i}}}) returned: {i}' for i in range(50)]
+
+
 def test_render() -> None:
     frags: list[Fragment] = [*PINNED, Summary("s"), msg(1), tool(1), msg(2, "assistant")]
     rendered = assemble(frags, budget=100).render()

@@ -138,8 +138,29 @@ Fragment = Goal | Constraint | Checkpoint | Summary | ChatMessage | ToolCallReco
 _FRAGMENT_TYPES = (Goal, Constraint, Checkpoint, Summary, ChatMessage, ToolCallRecord)
 
 
+# The texts of tool calls, by the record: a session's history is the same records from one
+# model call to the next (its state carries them over), and each call counts and renders every
+# one of them. Keyed by id, with the record itself kept beside its text, so an id reused by a
+# newer object never hits; cleared whole past its bound. Records are frozen: their text never
+# changes (their ``args`` and ``result`` are values read from the journal, not mutated).
+_CALL_TEXTS: dict[int, tuple[ToolCallRecord, str]] = {}
+_CALL_TEXTS_MAX = 1 << 16
+
+
 def fragment_text(fragment: Fragment) -> str:
     """The text a fragment contributes to the rendered context: exactly what is counted."""
+    kind = type(fragment)
+    if kind is ChatMessage:  # most of a history: its text as it is
+        return fragment.text  # type: ignore[union-attr]
+    if kind is ToolCallRecord:
+        hit = _CALL_TEXTS.get(id(fragment))
+        if hit is not None and hit[0] is fragment:
+            return hit[1]
+        text = _call_text(fragment)  # type: ignore[arg-type]
+        if len(_CALL_TEXTS) >= _CALL_TEXTS_MAX:
+            _CALL_TEXTS.clear()
+        _CALL_TEXTS[id(fragment)] = (fragment, text)  # type: ignore[assignment]
+        return text
     match fragment:
         case Goal(text=text):
             return f"Goal: {text}"
@@ -151,15 +172,19 @@ def fragment_text(fragment: Fragment) -> str:
             return f"Summary of earlier work: {text}"
         case ChatMessage(text=text):
             return text
-        case ToolCallRecord(tool=tool, result=result, error=error):
-            call = f"{tool}({msgspec.json.encode(fragment.asked_args, order='sorted').decode()})"
-            note = modified_note(fragment)
-            if note:  # the call as the model asked for it, then what a person made of it
-                call = f"{call} ({note.removesuffix('.')})"
-            if error is not None:
-                return f"{call} failed: {error}"
-            return f"{call} returned: {'(nothing)' if result is None else result}"
+        case ToolCallRecord():
+            return _call_text(fragment)
     raise ConfigError(f"not a context fragment: {fragment!r}")  # pragma: no cover
+
+
+def _call_text(record: ToolCallRecord) -> str:
+    call = f"{record.tool}({msgspec.json.encode(record.asked_args, order='sorted').decode()})"
+    note = modified_note(record)
+    if note:  # the call as the model asked for it, then what a person made of it
+        call = f"{call} ({note.removesuffix('.')})"
+    if record.error is not None:
+        return f"{call} failed: {record.error}"
+    return f"{call} returned: {'(nothing)' if record.result is None else record.result}"
 
 
 # -- token counting -------------------------------------------------------------------------
@@ -305,7 +330,12 @@ class _Lanes:
         """Each fragment in its lane; ``ConfigError`` for an item that is not a fragment or a
         second goal."""
         lanes = cls()
+        history = lanes.history
         for fragment in fragments:
+            kind = type(fragment)
+            if kind is ChatMessage or kind is ToolCallRecord:  # most of them: one test each
+                history.append(fragment)  # type: ignore[arg-type]
+                continue
             if not isinstance(fragment, _FRAGMENT_TYPES):
                 raise ConfigError(
                     f"not a context fragment: {fragment!r} (expected one of "
@@ -334,6 +364,8 @@ def _checked(count_tokens: TokenCounter) -> Callable[[Fragment], int]:
 
     def cost(fragment: Fragment) -> int:
         n = count_tokens(fragment_text(fragment))
+        if type(n) is int and n >= 0:  # the usual answer, checked cheaply
+            return n
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigError(f"token counter returned {n!r} for {fragment!r}; need an int >= 0")
         return n

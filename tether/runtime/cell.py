@@ -25,8 +25,9 @@ rejected commit or an unknown commit outcome restores them (from memory, or from
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any
+import contextvars
+from collections.abc import Coroutine, Generator
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -46,6 +47,13 @@ from tether.runtime.live_actor import CellHost, LiveActor
 from tether.runtime.replies import encode_reply
 from tether.runtime.step import Deactivate, Exit, Step, SupervisorFailed, current_step
 from tether.store.records import JournalRow, LateReply, Snapshot, StepCommit, StoredMessage
+
+
+class Handover(Protocol):
+    """The rest of a step an asker began for the cell (``inline.Rest``, ``inline.Raised``)."""
+
+    def __await__(self) -> Generator[Any, Any, None]: ...
+    def close(self) -> None: ...
 
 
 class Cell(LiveActor):
@@ -71,6 +79,13 @@ class Cell(LiveActor):
         self._log_context: dict[str, str] = {"actor_id": actor_id}
         if getattr(spec.cls, "is_session", False):
             self._log_context["session_id"] = actor_id  # a session id is its actor id
+        # Inline dispatch (``inline.py``): whether the task waits for work in ``_next`` (the
+        # only moment an asker may run a step for it), the rest of a step an asker began, and
+        # the task and the context such steps run as (set when the task starts).
+        self.idle_waiting = False
+        self.inline_rest: Handover | None = None
+        self.inline_task: asyncio.Task[Any] | None = None
+        self.inline_ctx: contextvars.Context | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -79,6 +94,9 @@ class Cell(LiveActor):
         anything but cancellation of the whole runtime."""
         log = telemetry.log.bind(actor_id=self._actor_id)
         structlog.contextvars.bind_contextvars(**self._log_context)  # this task's own context
+        # Steps run inline run in one copy of it, taken now: the log bindings of the actor;
+        # what such steps set there is seen by the next of them (not by the task's own steps).
+        self.inline_task, self.inline_ctx = asyncio.current_task(), contextvars.copy_context()
         try:
             with self.scope:
                 try:
@@ -101,6 +119,12 @@ class Cell(LiveActor):
             log.error("actor_failed", error=repr(exc), exc_info=exc)
             self.runtime.activation_failed(self._actor_id, exc)
         finally:
+            rest, self.inline_rest = self.inline_rest, None
+            if rest is not None:  # cancelled before it took over a step begun inline
+                try:
+                    rest.close()
+                except Exception as exc:  # noqa: BLE001 - the cell ends either way; logged
+                    log.warning("inline_step_not_closed", error=repr(exc))
             self._idle.cancel()
             self.ready.set()
             self.caught_up.set()
@@ -110,6 +134,16 @@ class Cell(LiveActor):
     async def _loop(self) -> None:
         buffer = self.buffer
         while True:
+            rest = self.inline_rest
+            if rest is not None:
+                # A step an asker began for this cell (``inline.deliver``), first: its message
+                # is buffer[0] until it commits.
+                self.inline_rest = None
+                try:
+                    await rest
+                finally:
+                    self.delivered()
+                continue
             if buffer and not (
                 self.stop_reason is not None or self.leaving or self.rescan_requested
             ):
@@ -126,11 +160,12 @@ class Cell(LiveActor):
                 # own) and the message; with tracing on, the trace too.
                 telemetry.bind_msg_id(msg.msg_id)
                 try:
-                    await self._deliver(msg)
+                    await self.delivery(msg)
                 finally:
-                    telemetry.in_flight.add(-1)
-                    self.current = msg = None  # not kept alive while the actor waits
-                    self.interrupt = None
+                    msg = None
+                    self.delivered()
+                continue
+            if self.inline_rest is not None:
                 continue
             if self.stop_reason is not None:
                 await self.safe_on_stop()  # stopped for good: the stop's commit ends the lease
@@ -147,7 +182,7 @@ class Cell(LiveActor):
         idle = self.runtime.passivate_after
         expired = False
         while True:
-            if self.stop_reason is not None or self.leaving:
+            if self.stop_reason is not None or self.leaving or self.inline_rest is not None:
                 return None
             if self.rescan_requested:
                 self.rescan_requested = False
@@ -162,10 +197,14 @@ class Cell(LiveActor):
             # Re-check after clearing: a leave() or stop during the rescan set wake already.
             if self.stop_reason is not None or self.leaving or self.rescan_requested:
                 continue
-            if idle is None:
-                await self.wake.wait()
-                continue
-            expired = await self._idle.wait(idle)
+            self.idle_waiting = True
+            try:
+                if idle is None:
+                    await self.wake.wait()
+                    continue
+                expired = await self._idle.wait(idle)
+            finally:
+                self.idle_waiting = False
 
     def _corrupt_message(self, msg_id: str, exc: CorruptRecordError) -> None:
         """A mailbox row damaged in the store: not delivered, left in the mailbox (nothing is
@@ -195,12 +234,14 @@ class Cell(LiveActor):
         if len(rows) == 1000:
             self.rescan_requested = True
 
-    def offer(self, msg: StoredMessage) -> None:
-        """Hand the cell a message that was just committed to its mailbox."""
+    def offer(self, msg: StoredMessage, *, wake: bool = True) -> None:
+        """Hand the cell a message that was just committed to its mailbox. ``wake`` False:
+        its asker runs it now instead (``inline.deliver``), or wakes the cell."""
         if msg.msg_id not in self.known:
             self.known.add(msg.msg_id)
             self.buffer.append(msg)
-            self.wake.set()
+            if wake:
+                self.wake.set()
             if msg.type in self.interrupting:
                 self.interrupted_by(msg.type, msg.msg_id)
 
@@ -227,9 +268,17 @@ class Cell(LiveActor):
                 self.interrupted_by(m.type, m.msg_id)
                 return
 
+    # -- inline dispatch (inline.py) -----------------------------------------------------------
+
+    def delivered(self) -> None:
+        """A delivery ended (``_loop``'s, or one begun inline)."""
+        telemetry.in_flight.add(-1)
+        self.current = None  # not kept alive while the actor waits
+        self.interrupt = None
+
     # -- delivery -----------------------------------------------------------------------------
 
-    def _deliver(self, m: StoredMessage) -> Coroutine[Any, Any, None]:
+    def delivery(self, m: StoredMessage) -> Coroutine[Any, Any, None]:
         """Deliver ``m``: the coroutine that does, itself (one coroutine per message, not two),
         or wrapped in its span when tracing is on."""
         if telemetry.tracing_enabled():

@@ -441,9 +441,14 @@ class LiveActor:
     async def commit_effect(self, write: EffectWrite, *with_: asyncio.Future[Any]) -> None:
         """Commit one ledger row now (an intent must be durable before its call), in the same
         group commit as the already submitted writes ``with_`` (guard journal appends)."""
-        deferred = self._submit_deferred()
-        fut = self.runtime.committer.submit(write)  # no await before: one batch with `with_`
         try:
+            # Nothing to share a batch with: a store that never waits applies it now, without
+            # a future (``commit`` does the same).
+            committer = self.runtime.committer
+            if not with_ and not self.deferred and committer.apply_now(write) is not None:
+                return
+            deferred = self._submit_deferred()
+            fut = committer.submit(write)  # no await before: one batch with `with_`
             await all_settled((*with_, *deferred, fut))
         except StaleLeaseError as exc:
             telemetry.stale_commits.add(1)

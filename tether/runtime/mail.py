@@ -31,8 +31,9 @@ import msgspec
 from tether.actors.actor import ActorSpec
 from tether.actors.messages import UNENCODABLE, Message, nesting_problem
 from tether.errors import AskTimeout, ConfigError, MessageRejected
-from tether.runtime import tracing
+from tether.runtime import inline, tracing
 from tether.runtime.activation import Activation
+from tether.runtime.cell import Cell
 from tether.runtime.journal import decoders
 from tether.runtime.kernel import Kernel
 from tether.runtime.lifecycle import Lifecycle
@@ -85,6 +86,9 @@ class Mail:
         self._wake_scans = scheduler.wake
         self._wake_at = scheduler.wake_at
         self._stop = kernel.stop
+        # The ask whose message, once stored, its asker delivers itself (``inline.deliver``):
+        # ``route`` hands it to the cell without waking the cell's task.
+        self._inline: NewMessage | None = None
 
     def prepare(
         self,
@@ -205,8 +209,21 @@ class Mail:
         replies = self._replies
         replies.wait(waiting_on, actor_id, fut)
         try:
-            self._claim_on_insert(new)
-            result = self._committer.apply_now(new)  # a store that never waits (MemoryStore)
+            cell = self._claim_on_insert(new)
+            if cell is not None and inline.ready(cell):
+                # The receiver waits for work here, idle: if the store takes the message now,
+                # this task runs its step (``tether.runtime.inline``), not the cell's.
+                self._inline = new
+                try:
+                    result = self._committer.apply_now(new)  # a store that never waits
+                finally:
+                    self._inline = None
+                if result is not None and new.msg_id not in result.duplicates:
+                    inline.deliver(cell, new.msg_id)
+                    if fut.done():  # answered by the step, committed: no wait, no deadline
+                        return fut.result()
+            else:
+                result = self._committer.apply_now(new)  # a store that never waits (MemoryStore)
             if result is None:
                 submitted = self._committer.submit(new)
                 if submitted.done():
@@ -235,13 +252,15 @@ class Mail:
         """A ref's ``stop``: the runtime's (``Runtime.stop``)."""
         return self._stop(actor_id, reason)
 
-    def _claim_on_insert(self, new: NewMessage) -> None:
+    def _claim_on_insert(self, new: NewMessage) -> Cell | None:
         """Count the first delivery attempt in the insert itself when the receiver is idle and
         active here, so it will run this message next: one commit fewer per message. If the
         process dies first, the message has one attempt too many, never one too few (I7).
 
         The claim is registered before the commit: a rescan may hand the cell the stored row
-        before the message is routed, and that copy's attempt is counted already too."""
+        before the message is routed, and that copy's attempt is counted already too.
+
+        The receiver's cell if it was so claimed for, else None."""
         cell = self._cells.get(new.actor_id)
         if (
             cell is not None
@@ -252,6 +271,8 @@ class Mail:
         ):
             new.attempts = 1
             self._claimed.add(new.msg_id)
+            return cell
+        return None
 
     # -- routing ------------------------------------------------------------------------------
 
@@ -284,7 +305,8 @@ class Mail:
                     wants_reply=new.wants_reply,
                     decoded=new.decoded,
                     traceparent=new.traceparent,
-                )
+                ),
+                wake=new is not self._inline,
             )
         else:
             self._activate_soon(new.actor_id)

@@ -3,6 +3,7 @@ activation, decoded to the types the constructor annotates."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import msgspec
@@ -30,7 +31,21 @@ def decode_init(spec: ActorSpec, init: bytes) -> dict[str, Any]:
         ) from exc
 
 
+# The constructor's hints, by class: resolving them (``typing.get_type_hints`` compiles every
+# string annotation) cost more than the rest of an activation's decoding, at every activation.
+# Weak keys: a class that goes away takes its entry with it.
+_HINTS: weakref.WeakKeyDictionary[type[Any], dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 def _init_hints(cls: type[Any]) -> dict[str, Any]:
+    """The annotated parameters of ``cls``'s constructor (read only: shared by activations)."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = _resolve_hints(cls)
+    return hints
+
+
+def _resolve_hints(cls: type[Any]) -> dict[str, Any]:
     import typing
 
     init = cls.__init__
