@@ -483,13 +483,18 @@ async def test_a_failing_store_read_in_the_scheduler_does_not_stop_the_runtime(
         calls = 0
 
         async def flaky(
-            cursor: MessageCursor | None, now: float, limit: int, *, skip_prefix: str | None = None
+            cursor: MessageCursor | None,
+            now: float,
+            limit: int,
+            *,
+            skip_prefix: str | None = None,
+            runtime_id: str | None = None,
         ) -> MessagePage:
             nonlocal calls
             calls += 1
             if calls <= 2:
                 raise OSError("disk I/O error")
-            return await real(cursor, now, limit, skip_prefix=skip_prefix)
+            return await real(cursor, now, limit, skip_prefix=skip_prefix, runtime_id=runtime_id)
 
         rt.store.scan_messages = flaky  # type: ignore[method-assign]
         await acct.tell(s.Deposit(amount=3), delay=0.1)

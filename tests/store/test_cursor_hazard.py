@@ -66,8 +66,10 @@ class CommitOrder(OutOfOrder):
         limit: int,
         *,
         skip_prefix: str | None = None,
+        runtime_id: str | None = None,
     ) -> MessagePage:
         start = seq_after(cursor, "a commit-order store")
+        held = self._held_elsewhere(runtime_id)
         found: list[ScannedMessage] = []
         position = start  # how many visible messages the scan has gone past
         for msg_id in self.visible[start:]:
@@ -75,7 +77,7 @@ class CommitOrder(OutOfOrder):
                 break
             position += 1
             row = self.mailbox.get(msg_id)
-            if row is not None and due(row.msg, now):
+            if row is not None and due(row.msg, now) and not held(row.msg.actor_id):
                 found.append(ScannedMessage(row.msg.actor_id, msg_id, row.parks > 0))
         return MessagePage(found, cursor_at(position), len(found) == limit)
 

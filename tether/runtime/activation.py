@@ -105,6 +105,8 @@ class Activation:
             and self._life.started
             and actor_id not in self.activating
             and actor_id not in self._cells
+            # refused or backing off: ``activate`` would return at once, after a task
+            and not (self.not_before and self.not_before.get(actor_id, 0.0) > self._kernel.clock())
         ):
             self._queue.add(actor_id)  # in the order found, a bounded number at a time
 

@@ -93,6 +93,9 @@ class GroupCommitter:
         # cancelled or its ask timed out meanwhile. Set once, before the first write (the
         # runtime's mail, which is built with the committer).
         self.on_stored = on_stored
+        # Whether a write concerns only this runtime (``Batch.local``): set once, by the runtime
+        # (its mail); None: every batch may concern others.
+        self.local: Callable[[Write], bool] | None = None
         self._max_batch = max_batch
         self._queue: list[tuple[Write, asyncio.Future[BatchResult]]] = []
         self._wakeup = asyncio.Event()
@@ -294,8 +297,11 @@ class GroupCommitter:
     async def _commit_taken(self) -> None:
         taken = self._queue[: self._max_batch]
         del self._queue[: self._max_batch]
+        batch = _batch(w for w, _ in taken)
+        local = self.local
+        batch.local = local is not None and all(local(w) for w, _ in taken)
         try:
-            result = await self._store.apply(_batch(w for w, _ in taken))
+            result = await self._store.apply(batch)
         except Exception as exc:  # noqa: BLE001 - the caller gets it as JournalWriteError
             if len(taken) == 1:
                 self._settle_in_order(taken, None, exc)

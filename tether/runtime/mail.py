@@ -43,7 +43,7 @@ from tether.runtime.replies import Replies
 from tether.runtime.scheduler import Scheduler
 from tether.runtime.settings import positive
 from tether.runtime.step import Step, current_step
-from tether.store.records import BatchResult, NewMessage, StepCommit, StoredMessage
+from tether.store.records import BatchResult, Claim, NewMessage, StepCommit, StoredMessage, Write
 
 
 def new_prefix() -> str:
@@ -273,6 +273,24 @@ class Mail:
             self._claimed.add(new.msg_id)
             return cell
         return None
+
+    def local(self, write: Write) -> bool:
+        """Whether ``write`` concerns no other runtime (``Batch.local``): a message for an actor
+        active here, or a step whose outbox goes to actors active here and whose reply (if
+        any) answers an ask waiting here, with no stop, late reply or ledger row. Another
+        runtime's scan leaves those actors' mail out (another live runtime holds them), so a
+        notice would wake it for nothing; a write this misjudges costs the others one poll
+        interval, never a message."""
+        cells = self._cells
+        if type(write) is NewMessage:
+            return write.actor_id in cells
+        if type(write) is StepCommit:
+            if write.stop is not None or write.late_replies or write.effects:
+                return False
+            if write.reply is not None and write.msg_id not in self._replies:
+                return False
+            return all(m.actor_id in cells for m in write.outbox)
+        return type(write) is Claim
 
     # -- routing ------------------------------------------------------------------------------
 

@@ -216,6 +216,7 @@ class Runtime:
         )
         self.spawning = Spawning(host, registry, self.activation, self.mail, life=life)
         self.committer.on_stored = self.mail.message_stored
+        self.committer.local = self.mail.local
         # What the services (Kernel) and the cells (CellHost) call of the runtime, bound once
         # to the service that does it: no hop through the facade on a message's trip.
         self.start_soon = self.life.start_soon

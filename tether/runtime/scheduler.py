@@ -104,8 +104,12 @@ class Scheduler:
             # that came back through the store (unparked, or a dead letter retried, from any
             # process) was not, even if we sent it first: the store returns those. The cursor
             # is the store's (Store.scan_messages): handed back as it came, never looked into.
+            # So are the mail of actors another live runtime holds (their holder delivers it;
+            # if it dies, the orphan scan below finds them once their lease has expired): a
+            # runtime reads and activates what is its own or free, not every runtime's traffic.
+            runtime_id = self._rt.runtime_id
             page = await self._rt.store.scan_messages(
-                self._scan_cursor, now, 5000, skip_prefix=self._own_prefix
+                self._scan_cursor, now, 5000, skip_prefix=self._own_prefix, runtime_id=runtime_id
             )
             for found in page.messages:
                 cell = self._rt.cells.get(found.actor_id)
@@ -116,7 +120,7 @@ class Scheduler:
                     cell.wake.set()
                     if cell.interrupting and cell.current is not None:  # a CancelTask?
                         self._rt.start_soon(cell.look_for_interrupts)
-            for actor_id in await self._rt.store.due_between(last_due, now):
+            for actor_id in await self._rt.store.due_between(last_due, now, runtime_id=runtime_id):
                 cell = self._rt.cells.get(actor_id)
                 if cell is None:
                     touched[actor_id] = None

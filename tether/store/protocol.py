@@ -177,6 +177,7 @@ class Store(StoreAdmin, Protocol):
         limit: int,
         *,
         skip_prefix: str | None = None,
+        runtime_id: str | None = None,
     ) -> MessagePage:
         """The next page of messages that became ready since ``cursor`` (None: since the store
         began), at most ``limit``, and the cursor to pass next.
@@ -191,14 +192,24 @@ class Store(StoreAdmin, Protocol):
 
         Messages whose id starts with ``skip_prefix`` and that were never restored are left
         out (and do not count towards ``limit``): the runtime that sent them routed each one
-        itself once it was stored. A cursor not made by this store raises ``StoreError``."""
+        itself once it was stored. With ``runtime_id`` (the scanning runtime), so are the
+        messages of actors whose lease a registered runtime other than ``runtime_id`` holds,
+        unexpired on the store's clock, judged in the read that finds the rows (the actors
+        ``orphaned`` does not name, less the scanner's own); the cursor may move past them
+        (they need not be returned to this chain later). Their holder delivers them: its own
+        scan reads the same rows with the actor still its own or free, or a later owner reads
+        the actor's whole mailbox when it takes the lease (after ``orphaned`` names it, once a
+        dead holder's lease expired). A cursor not made by this store raises ``StoreError``."""
         ...
 
-    async def due_between(self, after: float, upto: float) -> list[str]:
+    async def due_between(
+        self, after: float, upto: float, *, runtime_id: str | None = None
+    ) -> list[str]:
         """Ids of actors with a delayed message (``deliver_at > created_at``) whose
         ``deliver_at`` is in ``(after, upto]``. With ``scan_messages`` this finds every
         delayed message: one the cursor went past before it was due has ``deliver_at`` after
-        that scan's ``now``, so a later window holds it."""
+        that scan's ``now``, so a later window holds it. ``runtime_id`` leaves out the actors
+        another live runtime holds, as ``scan_messages`` does."""
         ...
 
     async def orphaned(self, now: float, limit: int) -> list[str]:

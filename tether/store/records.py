@@ -427,6 +427,11 @@ class Batch(msgspec.Struct):
     watches: list[Watch] = msgspec.field(default_factory=list)
     effects: list[EffectWrite] = msgspec.field(default_factory=list)
     parks: list[Park] = msgspec.field(default_factory=list)
+    # Nothing here concerns another runtime (``GroupCommitter.local``): every message is for an
+    # actor active in the writing runtime, every reply for an ask waiting there. A store with a
+    # ``ChangeFeed`` sends no notice for it; the others' polling, the correctness path, is
+    # unchanged. Never stored.
+    local: bool = False
 
     def fenced(self) -> list[FencedWrite]:
         """The writes whose fence must match the actor's current one (I8)."""

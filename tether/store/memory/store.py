@@ -173,17 +173,20 @@ class MemoryStore(Ledger, AuditLog):
         limit: int,
         *,
         skip_prefix: str | None = None,
+        runtime_id: str | None = None,
     ) -> MessagePage:
         # The cursor is the last mailbox seq returned: one writer (this event loop) makes seq
         # order commit order. A message made ready again is re-inserted with a new seq.
         self._check()
         after = seq_after(cursor, "a memory store")
+        held = self._held_elsewhere(runtime_id)
         rows: list[Row] = []
         for r in self.mailbox.values():  # dict order is seq order (Tables.mailbox)
             if (
                 r.seq > after
                 and due(r.msg, now)
                 and not (skip_prefix and r.parks == 0 and r.msg.msg_id.startswith(skip_prefix))
+                and not held(r.msg.actor_id)
             ):
                 rows.append(r)
                 if len(rows) >= limit:
@@ -210,14 +213,37 @@ class MemoryStore(Ledger, AuditLog):
                 out[rec.actor_id] = None
         return list(out)[:limit]
 
-    async def due_between(self, after: float, upto: float) -> list[str]:
+    async def due_between(
+        self, after: float, upto: float, *, runtime_id: str | None = None
+    ) -> list[str]:
         self._check()
+        held = self._held_elsewhere(runtime_id)
         ids = (
             r.msg.actor_id
             for r in self.mailbox.values()
             if after < r.msg.deliver_at <= upto and r.msg.deliver_at > r.msg.created_at
         )
-        return list(dict.fromkeys(ids))
+        return [a for a in dict.fromkeys(ids) if not held(a)]
+
+    def _held_elsewhere(self, runtime_id: str | None) -> Callable[[str], bool]:
+        """Whether an actor's lease is held by a registered runtime other than ``runtime_id``,
+        unexpired on the store's clock: the complement of ``orphaned``'s test, less the
+        scanning runtime's own leases (always False without ``runtime_id``)."""
+        if runtime_id is None:
+            return lambda actor_id: False
+        lease_now = self.clock()
+
+        def held(actor_id: str) -> bool:
+            rec = self.actors.get(actor_id)
+            return (
+                rec is not None
+                and rec.lease_owner is not None
+                and rec.lease_owner != runtime_id
+                and rec.lease_expires >= lease_now
+                and rec.lease_owner in self.runtimes
+            )
+
+        return held
 
     async def get_replies(self, msg_ids: list[str]) -> list[Reply]:
         self._check()

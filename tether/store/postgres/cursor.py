@@ -13,6 +13,13 @@ an open transaction holds back nothing but its own rows (no xmin horizon to wait
 A band longer than one page is read in ``(xid, seq)`` order, the cursor then also holding
 ``hi`` and the last row returned, so the next page goes on inside the same band.
 
+A scan for a runtime (``runtime_id``) leaves out the rows of actors whose lease another
+registered runtime holds, unexpired on the server's clock (``held_elsewhere``), in the same
+statement, so on the band's own snapshot: that runtime delivers them, and if it dies
+``orphaned`` names the actor once its lease has expired, for a new owner whose activation reads
+the actor's whole mailbox. The band moves past those rows all the same (``tether.store.protocol``
+allows it): a runtime handles its own and free actors' mail, not every runtime's traffic.
+
 Cursor bytes: ``pg1 <lo or -> <hi or -> <xid or -> <seq or ->`` (snapshots in their text
 form ``xmin:xmax:xip,…``).
 """
@@ -68,9 +75,23 @@ def decode(cursor: MessageCursor | None) -> Band:
     return Band(snapshots[0], snapshots[1], after)
 
 
-def band_sql(band: Band, *, skip: bool) -> str:
+def held_elsewhere(actor: str, server_now: str) -> str:
+    """SQL true when the lease of the actor whose id is the expression ``actor`` is held by a
+    registered runtime other than the parameter ``runtime_id``, unexpired at ``server_now``
+    (an SQL expression of the server's clock): exactly the actors ``orphaned`` does not name
+    and the scanning runtime does not hold."""
+    return (
+        "EXISTS (SELECT 1 FROM actors a JOIN runtimes r ON r.runtime_id = a.lease_owner "
+        f"WHERE a.actor_id = {actor} AND a.lease_owner <> %(runtime_id)s "
+        f"AND a.lease_expires >= {server_now})"
+    )
+
+
+def band_sql(band: Band, *, skip: bool, server_now: str | None = None) -> str:
     """The scan of one page of ``band``: parameters ``now`` (twice with the due check's
-    ``created_at`` form), optionally the skipped prefix's length and text, and the limit.
+    ``created_at`` form), optionally the skipped prefix's length and text, and the limit;
+    with ``server_now`` (the SQL of the server's clock), ``runtime_id``, the scanning runtime,
+    whose scan leaves out the actors another live runtime holds (``held_elsewhere``).
     Reads ``hi`` itself (``pg_current_snapshot()``) when no band is under way; every row
     carries its ``(xid, seq)`` and the band's ``hi`` as text."""
     hi = "%(hi)s::pg_snapshot" if band.hi is not None else "pg_current_snapshot()"
@@ -85,6 +106,8 @@ def band_sql(band: Band, *, skip: bool) -> str:
     conditions.append("(m.deliver_at <= %(now)s OR m.deliver_at = m.created_at)")
     if skip:
         conditions.append("NOT (m.parks = 0 AND left(m.msg_id, %(skip_len)s) = %(skip)s)")
+    if server_now is not None:
+        conditions.append(f"NOT {held_elsewhere('m.actor_id', server_now)}")
     return (
         f"SELECT m.actor_id, m.msg_id, m.parks > 0, m.xid::text, m.seq, s.hi::text "
         f"FROM (SELECT {hi} AS hi) s LEFT JOIN mailbox m ON {' AND '.join(conditions)} "

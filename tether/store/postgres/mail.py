@@ -22,11 +22,12 @@ class MailReads(Reads):
         limit: int,
         *,
         skip_prefix: str | None = None,
+        runtime_id: str | None = None,
     ) -> MessagePage:
         band = scan.decode(cursor)
         messages: list[ScannedMessage] = []
         while True:
-            found = await self._scan_band(band, now, limit - len(messages), skip_prefix)
+            found = await self._scan_band(band, now, limit - len(messages), skip_prefix, runtime_id)
             hi = str(found[0][5])
             messages += [
                 ScannedMessage(actor_id, msg_id, bool(restored))
@@ -42,20 +43,33 @@ class MailReads(Reads):
             band = scan.Band(hi)  # the end of a band read part-way: on to now, in this call
 
     async def _scan_band(
-        self, band: scan.Band, now: float, limit: int, skip_prefix: str | None
+        self,
+        band: scan.Band,
+        now: float,
+        limit: int,
+        skip_prefix: str | None,
+        runtime_id: str | None,
     ) -> list[Any]:
         params: dict[str, Any] = {"now": now, "limit": limit, "lo": band.lo, "hi": band.hi}
         if band.after is not None:
             params["xid"], params["seq"] = str(band.after[0]), band.after[1]
         if skip_prefix:
             params["skip"], params["skip_len"] = skip_prefix, len(skip_prefix)
-        return await self._readers.read(_fetch, scan.band_sql(band, skip=bool(skip_prefix)), params)
+        params["runtime_id"] = runtime_id
+        statement = scan.band_sql(
+            band, skip=bool(skip_prefix), server_now=None if runtime_id is None else SERVER_NOW
+        )
+        return await self._readers.read(_fetch, statement, params)
 
-    async def due_between(self, after: float, upto: float) -> list[str]:
+    async def due_between(
+        self, after: float, upto: float, *, runtime_id: str | None = None
+    ) -> list[str]:
+        held = scan.held_elsewhere("m.actor_id", SERVER_NOW)
         found = await self._read(
-            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > %s AND deliver_at <= %s "
-            "AND deliver_at > created_at",
-            (after, upto),
+            "SELECT DISTINCT m.actor_id FROM mailbox m WHERE m.deliver_at > %(after)s "
+            "AND m.deliver_at <= %(upto)s AND m.deliver_at > m.created_at"
+            + ("" if runtime_id is None else f" AND NOT {held}"),
+            {"after": after, "upto": upto, "runtime_id": runtime_id},
         )
         return [r[0] for r in found]
 

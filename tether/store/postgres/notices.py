@@ -9,10 +9,13 @@ the channel, waking the runtime's scheduler at once (``ChangeFeed``). A store ig
 own notices (their payload is its id). A lost listening connection is made again after a
 pause, and the runtime is woken once then, in case notices were missed.
 
-A batch's notice, when one is due, rides its pipeline after the commit (``inline``): no round
-trip of the writer's own. A commit that found none due (one was sent less than ``_EVERY``
-ago) has its notice sent by a task of this store ``_EVERY`` later, covering every commit
-since.
+A batch that concerns no other runtime (``Batch.local``: every message for an actor active in
+the writing runtime, every reply for an ask waiting there) sends none: the others' scans leave
+the mail of actors another live runtime holds out, so a notice would only wake them to find
+nothing. A batch's notice, when one is due, rides its pipeline after the commit (``inline``):
+no round trip of the writer's own. A commit that found none due (one was sent less than
+``_EVERY`` ago) has its notice sent by a task of this store ``_EVERY`` later, covering every
+commit since.
 
 LISTEN needs a session of its own: it works behind PgBouncer in session mode, not in
 transaction mode (where the scan's polling alone carries the work).

@@ -189,6 +189,8 @@ class PostgresStore(MailReads, AdminWrites):
             nonlocal noticed
             noticed = self._notices.inline(conn)
 
+        if batch.local:  # concerns no other runtime: no notice (``Batch.local``)
+            return await self._writer.run(write, BatchResult, pipelined=True)
         result = await self._writer.run(write, BatchResult, pipelined=True, then=notice)
         if not noticed:
             self._notices.committed()

@@ -55,6 +55,13 @@ from tether.store.sqlite.schema import ensure_schema
 Durability = Literal["full", "normal"]
 
 _ALL_DUE = 9.0e18  # a ``now`` later than every deliver_at: the whole mailbox
+# True when the lease of mailbox row m's actor is held by a registered runtime other than the
+# first parameter (the scanning runtime), unexpired at the second (the store's clock): the
+# complement of ``orphaned``'s test, less the scanner's own leases.
+_HELD_ELSEWHERE = (
+    "EXISTS (SELECT 1 FROM actors a JOIN runtimes r ON r.runtime_id = a.lease_owner "
+    "WHERE a.actor_id = m.actor_id AND a.lease_owner <> ? AND a.lease_expires >= ?)"
+)
 
 
 class SqliteStore(Ledger, AuditLog):
@@ -233,16 +240,25 @@ class SqliteStore(Ledger, AuditLog):
         limit: int,
         *,
         skip_prefix: str | None = None,
+        runtime_id: str | None = None,
     ) -> MessagePage:
         # The cursor is the last mailbox seq returned: with one writer at a time, seq order
         # is commit order, so no message can commit below it later. A message made ready
         # again gets a seq above every one ever assigned (writes.unpark).
         after = seq_after(cursor, "an SQLite store")
-        skip = "AND NOT (parks = 0 AND substr(msg_id, 1, ?) = ?) " if skip_prefix else ""
+        skip = "AND NOT (m.parks = 0 AND substr(m.msg_id, 1, ?) = ?) " if skip_prefix else ""
+        held = f"AND NOT {_HELD_ELSEWHERE} " if runtime_id is not None else ""
         found = await self._read(
-            "SELECT seq, actor_id, msg_id, parks > 0 FROM mailbox WHERE seq > ? "
-            f"AND (deliver_at <= ? OR deliver_at = created_at) {skip}ORDER BY seq LIMIT ?",
-            (after, now, *((len(skip_prefix), skip_prefix) if skip_prefix else ()), limit),
+            "SELECT m.seq, m.actor_id, m.msg_id, m.parks > 0 FROM mailbox m WHERE m.seq > ? "
+            f"AND (m.deliver_at <= ? OR m.deliver_at = m.created_at) {skip}{held}"
+            "ORDER BY m.seq LIMIT ?",
+            (
+                after,
+                now,
+                *((len(skip_prefix), skip_prefix) if skip_prefix else ()),
+                *((runtime_id, self.clock()) if runtime_id is not None else ()),
+                limit,
+            ),
         )
         last = found[-1][0] if found else after
         return MessagePage(
@@ -260,11 +276,14 @@ class SqliteStore(Ledger, AuditLog):
         )
         return [r[0] for r in found]
 
-    async def due_between(self, after: float, upto: float) -> list[str]:
+    async def due_between(
+        self, after: float, upto: float, *, runtime_id: str | None = None
+    ) -> list[str]:
+        held = f" AND NOT {_HELD_ELSEWHERE}" if runtime_id is not None else ""
         found = await self._read(
-            "SELECT DISTINCT actor_id FROM mailbox WHERE deliver_at > ? AND deliver_at <= ? "
-            "AND deliver_at > created_at",
-            (after, upto),
+            "SELECT DISTINCT m.actor_id FROM mailbox m WHERE m.deliver_at > ? "
+            f"AND m.deliver_at <= ? AND m.deliver_at > m.created_at{held}",
+            (after, upto, *((runtime_id, self.clock()) if runtime_id is not None else ())),
         )
         return [r[0] for r in found]
 

@@ -18,6 +18,8 @@ from tether.testing.conformance.support import (
     lease,
     msg,
     owned,
+    scan,
+    scanned,
     send,
     spawn,
 )
@@ -70,6 +72,29 @@ async def test_an_expired_lease_makes_its_actor_orphaned(
     assert await store.orphaned(NOW, 100) == []
     await lease_time.elapse(lease_time.ttl + max(lease_time.slack, 0.5))
     assert await store.orphaned(NOW, 100) == ["held"]
+
+
+async def test_mail_left_to_a_holder_that_died_is_taken_over_once_its_lease_expires(
+    store: Store, lease_time: LeaseTime
+) -> None:
+    """A runtime's scan leaves out the mail of an actor another live runtime holds. When that
+    holder dies without giving the lease back, nothing is skipped: once the lease has expired
+    on the store's clock the actor is orphaned, a new owner takes it with the next fence and
+    reads every message from its mailbox; a new chain of scans returns them too."""
+    fence = await owned(store, "a", "rt-1", ttl=lease_time.ttl)
+    await store.register_runtime("rt-2", "host", 2, NOW)
+    await send(store, msg("m1"), msg("m2"))
+    found, cursor = await scan(store, runtime_id="rt-2")
+    assert found == []
+    assert await store.orphaned(NOW, 100) == []
+    await lease_time.elapse(lease_time.ttl + max(lease_time.slack, 0.5))
+    assert await store.orphaned(NOW, 100) == ["a"]
+    assert await scanned(store, runtime_id="rt-2") == ["m1", "m2"]
+    # The chain that left them out may have gone past them (a store need not return them to
+    # it again): the orphan scan is what hands them over.
+    assert await scanned(store, cursor, runtime_id="rt-2") in (["m1", "m2"], [])
+    assert await lease(store, "a", "rt-2", ttl=lease_time.ttl) == fence + 1
+    assert [m.msg_id for m in await store.pending("a", NOW, 10)] == ["m1", "m2"]
 
 
 async def test_renew_leases_extends_only_that_owners_leases_from_the_stores_now(

@@ -315,12 +315,15 @@ async def scan(
     *,
     limit: int = 1000,
     skip_prefix: str | None = None,
+    runtime_id: str | None = None,
 ) -> tuple[list[ScannedMessage], MessageCursor | None]:
     """Every message a scan from ``cursor`` finds ready at ``now``, page by page, until the
     store says there is no more; and the cursor to go on from."""
     found: list[ScannedMessage] = []
     while True:
-        page = await store.scan_messages(cursor, now, limit, skip_prefix=skip_prefix)
+        page = await store.scan_messages(
+            cursor, now, limit, skip_prefix=skip_prefix, runtime_id=runtime_id
+        )
         assert len(page.messages) <= limit
         found.extend(page.messages)
         cursor = page.cursor
@@ -334,9 +337,11 @@ async def scanned(
     now: float = NOW,
     *,
     skip_prefix: str | None = None,
+    runtime_id: str | None = None,
 ) -> list[str]:
     """Ids of the messages ``scan`` finds."""
-    return [m.msg_id for m in (await scan(store, cursor, now, skip_prefix=skip_prefix))[0]]
+    found, _ = await scan(store, cursor, now, skip_prefix=skip_prefix, runtime_id=runtime_id)
+    return [m.msg_id for m in found]
 
 
 async def parked_with(store: Store, actor_id: str = "a", *ids: str) -> int:
