@@ -131,12 +131,18 @@ def database(server: str, what: str) -> Iterator[str]:
 SESSIONS_CPU: list[tuple[float, float | None, float, int]] = []  # (tether, pg, wall, steps)
 
 
-def tether_sessions(server: str, sizes: Sizes) -> Sample:
+def tether_sessions(server: str, sizes: Sizes, writers: int | None = None) -> Sample:
+    """``writers``: the store's writer connections (None: its default), as the URL's
+    ``?writers=N``; a figure of its own, ``pg.tether_sessions_w{N}``, without the CPU note."""
     with database(server, "steps") as url:
+        if writers is not None:
+            url += ("&" if "?" in url else "?") + f"writers={writers}"
         cpu0, pg0 = _cpu_seconds(), postgres_cpu_seconds()
         sample = asyncio.run(bench_effects.tether_sessions(sizes.sessions, sizes.steps, url))
         cpu1, pg1 = _cpu_seconds(), postgres_cpu_seconds()
     steps, seconds = sample["1.tether_sessions"]
+    if writers is not None:
+        return {f"pg.tether_sessions_w{writers}": (steps, seconds)}
     pg = None if pg0 is None or pg1 is None else pg1 - pg0
     # the whole run's CPU (spawning the sessions too) against the timed steps' wall time:
     # an upper bound on the CPU per step, enough to tell CPU-bound from waiting
@@ -373,6 +379,12 @@ def run_all(server: str, sizes: Sizes) -> Bench:
                 lambda: tether_sessions(server, sizes),
                 {"pg.tether_sessions": f"{sizes.steps:,} steps; a new database per run"},
             ),
+            Scenario(
+                [("pg.tether_sessions_w2", "the same, the store with two writer connections "
+                  "(writers=2)", "steps/s")],
+                lambda: tether_sessions(server, sizes, writers=2),
+                {"pg.tether_sessions_w2": "A/B of the store's writers (1 by default)"},
+            ),
         ]  # fmt: skip
         scenarios += dbos_scenarios(b, server, sizes, children, dbs)
         for n in PROCESSES:
@@ -414,6 +426,8 @@ def evaluate(b: Bench) -> list[dict[str, Any]]:
         (f"#17 2 runtime processes >= {TARGET_TWO:g}x one", "pg.msgs_2proc", "pg.msgs_1proc",
          TARGET_TWO),
         ("(information) 4 runtime processes vs one", "pg.msgs_4proc", "pg.msgs_1proc", None),
+        ("(information) two writer connections vs DBOS", "pg.tether_sessions_w2", best_key, None),
+        ("(information) 2 writers vs 1", "pg.tether_sessions_w2", "pg.tether_sessions", None),
     ]  # fmt: skip
     return run.evaluate(b, targets)
 

@@ -16,9 +16,10 @@ variant and tether itself:
   the commit latency of a one-row transaction (median, p90) measured beside it.
 * ``pg.floor_sql_2conn``: two connections replaying all of them at once, each into a store of
   its own (twice the steps): what the server does with this SQL from two writers committing
-  at once (PostgreSQL flushes the WAL of concurrent commits together). An upper bound for a
-  store with two writers, not a design: such a store must also keep the order of one actor's
-  writes, which may be in flight in two batches (a guard's journal appends).
+  at once (PostgreSQL flushes the WAL of concurrent commits together). An upper bound for
+  the store with two writers (``writers=2``), which must also keep each actor's
+  writes on one of them, in order (``tether/runtime/lanes.py``), and which split the steps
+  into smaller batches.
 
 Each figure is in steps/s: the recorded run's steps over the replay's time. Targets, on
 medians (information: what bounds #17's 20x): tether / ``floor_sql`` (what the runtime and the

@@ -23,6 +23,18 @@ async def refuses_another_actors_slot(store: Store) -> None:
     assert await store.effects_of("a", "m1") == [effect("m1", 0, actor_id="a")]
     assert await store.effects_of("b", "m1") == []
     assert await store.effects_of("b", "m2") == []  # rolled back with the batch
+    # Two actors' writes of one new slot in one batch: the second is refused there too.
+    first = effect("m3", 0, actor_id="a")
+    with pytest.raises(StoreError, match="already held by another actor's effect"):
+        await store.apply(
+            Batch(
+                effects=[
+                    EffectWrite(fa, first),
+                    EffectWrite(fb, effect("m3", 0, actor_id="b", status="done")),
+                ]
+            )
+        )
+    assert await store.effects_of("a", "m3") == []  # rolled back with the batch
     # An intent and its receipt in one batch: both written, in order.
     receipt = effect("m2", 0, actor_id="b", status="done", result=b"\x02")
     await store.apply(Batch(effects=[EffectWrite(fb, other), EffectWrite(fb, receipt)]))

@@ -16,6 +16,12 @@ sent while the loop sits idle. Settled in slices, the committer takes what the f
 tasks sent to the writer a turn later, and the loop works through the other slices while that
 commit runs: SQLite's own work (which releases the GIL) and the fsync overlap the loop's.
 
+A store that can commit several batches at once (``write_lanes``: PostgreSQL's writer
+connections) gets one queue and one commit loop per lane; a write's lane is fixed by the actor
+it belongs to, so one actor's writes still commit in submission order (``lanes.py`` states
+the invariant and audits what relied on order across actors). Batches are settled in the
+order they committed, whichever lane committed them.
+
 A store whose writes never wait (``MemoryStore``) declares it: its ``immediate`` write path
 (``tether.store.protocol.ImmediateWrites``). It needs no batching: each write is applied in
 ``submit`` itself, in submission order, and its future is already settled when ``submit``
@@ -32,6 +38,7 @@ from typing import Any
 
 from tether import telemetry
 from tether.errors import JournalWriteError, StaleLeaseError
+from tether.runtime.lanes import lane_count, lane_key
 from tether.store.protocol import ImmediateWrites, Store
 from tether.store.records import (
     AttemptFailed,
@@ -73,6 +80,8 @@ _FIELD: dict[type[Any], str] = {
     Park: "parks",
 }
 
+_Queue = list[tuple[Write, "asyncio.Future[BatchResult]"]]
+
 _YIELD_EVERY = 32
 _SETTLE_SLICE = 128  # writes settled per turn of the event loop
 
@@ -97,10 +106,12 @@ class GroupCommitter:
         # (its mail); None: every batch may concern others.
         self.local: Callable[[Write], bool] | None = None
         self._max_batch = max_batch
-        self._queue: list[tuple[Write, asyncio.Future[BatchResult]]] = []
-        self._wakeup = asyncio.Event()
+        # One queue and one wakeup per lane (``lanes.py``); a lane commits one batch at a time.
+        self._queues: list[_Queue] = [[] for _ in range(lane_count(store))]
+        self._wakeups = [asyncio.Event() for _ in self._queues]
+        self._queued = 0  # writes in every lane's queue
         self._closed = False
-        self._busy = False  # the writer task is applying a batch
+        self._busy = 0  # lanes applying a batch now
         self._sync_count = 0
         # Committed batches not settled yet, oldest first: (writes, offset of the first write
         # not settled, result, error). Writes are settled in this order, and nothing is
@@ -126,7 +137,7 @@ class GroupCommitter:
         when it must go through ``submit``: the store waits, writes are queued ahead of it (they
         commit first: submission order is commit order), the committer is closed, or it is
         this write's turn to let the other tasks run (``_YIELD_EVERY``)."""
-        if self._queue or self._busy or self._closed or self._unsettled:
+        if self._queued or self._busy or self._closed or self._unsettled:
             return None
         if not (self._sync_count + 1) % _YIELD_EVERY:
             return None  # submit() applies it too, and settles it on the next turn of the loop
@@ -158,13 +169,15 @@ class GroupCommitter:
             raise JournalWriteError("the group committer is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[BatchResult] = loop.create_future()
-        if not self._queue and not self._busy and not self._unsettled:
+        if not self._queued and not self._busy and not self._unsettled:
             sync = self._store.immediate
             if sync is not None:
                 self._apply_now(sync, write, fut, loop)
                 return fut
-        self._queue.append((write, fut))
-        self._wakeup.set()
+        lane = 0 if len(self._queues) == 1 else hash(lane_key(write)) % len(self._queues)
+        self._queues[lane].append((write, fut))
+        self._queued += 1
+        self._wakeups[lane].set()
         return fut
 
     def _apply_now(
@@ -190,29 +203,42 @@ class GroupCommitter:
             self._settle_in_order([(write, fut)], result, error, at_once=False)
 
     async def run(self) -> None:
-        """The writer task. Runs until ``close``; drains what is queued before it stops."""
+        """The writer task: one commit loop per lane. Runs until ``close``; drains what is
+        queued before it stops."""
         self._stopped = asyncio.Event()
         try:
-            while not self._closed or self._queue:
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                while self._queue:
-                    await self._commit_next()
+            if len(self._queues) == 1:
+                await self._run_lane(0)
+            else:
+                async with asyncio.TaskGroup() as lanes:
+                    for lane in range(len(self._queues)):
+                        lanes.create_task(self._run_lane(lane))
         finally:
             self._closed = True
             self._stopped.set()
             self._drain(limit=None)  # committed: settled as such, not failed below
-            for _, fut in self._queue:
-                if not fut.done():
-                    fut.set_exception(
-                        JournalWriteError("the runtime closed before this write was committed")
-                    )
-            self._queue.clear()
+            for queue in self._queues:
+                for _, fut in queue:
+                    if not fut.done():
+                        fut.set_exception(
+                            JournalWriteError("the runtime closed before this write was committed")
+                        )
+                queue.clear()
+            self._queued = 0
+
+    async def _run_lane(self, lane: int) -> None:
+        queue, wakeup = self._queues[lane], self._wakeups[lane]
+        while not self._closed or queue:
+            await wakeup.wait()
+            wakeup.clear()
+            while queue:
+                await self._commit_next(queue)
 
     async def close(self) -> None:
         """Commit everything queued, then stop the writer task."""
         self._closed = True
-        self._wakeup.set()
+        for wakeup in self._wakeups:
+            wakeup.set()
         stopped = getattr(self, "_stopped", None)
         if stopped is not None:
             await stopped.wait()
@@ -287,16 +313,17 @@ class GroupCommitter:
                 "message_not_routed", msg_id=write.msg_id, actor_id=write.actor_id, error=repr(exc)
             )
 
-    async def _commit_next(self) -> None:
-        self._busy = True
+    async def _commit_next(self, queue: _Queue) -> None:
+        self._busy += 1
         try:
-            await self._commit_taken()
+            await self._commit_taken(queue)
         finally:
-            self._busy = False
+            self._busy -= 1
 
-    async def _commit_taken(self) -> None:
-        taken = self._queue[: self._max_batch]
-        del self._queue[: self._max_batch]
+    async def _commit_taken(self, queue: _Queue) -> None:
+        taken = queue[: self._max_batch]
+        del queue[: self._max_batch]
+        self._queued -= len(taken)
         batch = _batch(w for w, _ in taken)
         local = self.local
         batch.local = local is not None and all(local(w) for w, _ in taken)

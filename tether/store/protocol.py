@@ -49,7 +49,10 @@ write path (``ImmediateWrites``) or None; the committer uses it when it is there
 also have a ``batched_reads`` attribute (``tether.store.reads.BatchedReads``: many actors'
 record, snapshot, journal and mail reads in one call); the runtime gathers the reads of many
 activations into one call when it is there, and reads one call at a time when it is absent or
-None (it is not part of this protocol, so a store written before it needs no change). ``changes``
+None (it is not part of this protocol, so a store written before it needs no change). Nor is
+``write_lanes``: how many batches a store's ``apply`` commits at once (an int; absent: 1, one
+batch after another); the committer then has that many batches in flight, one actor's writes
+always in one of them in turn (``tether.runtime.lanes``). ``changes``
 is a store's feed of other processes' writes (``ChangeFeed``: PostgreSQL's LISTEN/NOTIFY) or
 None; the runtime then scans at once when told, instead of at its next poll. Polling stays
 the correctness path either way: a wakeup is a hint, never a promise.

@@ -145,4 +145,4 @@ class PostgresTables:
 
     async def load_table(self, page: TablePage) -> TableLoad:
         write: Callable[[Cursor], TableLoad] = lambda cur: load(cur, page)  # noqa: E731
-        return await self.store._writer.run(write, TableLoad)
+        return await self.store._writers.alone(write, TableLoad)

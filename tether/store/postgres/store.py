@@ -2,9 +2,11 @@
 
 Layout of the work, and why:
 
-* One writer connection on a thread of its own applies each group-commit batch in one
-  transaction, exactly once even when its connection breaks mid-commit (``writer.py``); a few
-  reader connections serve everything else, each read its own snapshot (``reads.py``,
+* ``writers`` connections (1 by default), each on a thread of its own, apply the group
+  committer's batches, each in one transaction, exactly once even when its connection breaks
+  mid-commit (``writer.py``); the committer's lanes keep one actor's writes on one of them,
+  in order (``tether.runtime.lanes``), and with two or more, batches commit at once. A few reader
+  connections serve everything else, each read its own snapshot (``reads.py``,
   ``mail.py``). A person's decisions and retention are writes of their own
   (``admin_writes.py``).
 * Fencing is checked inside every write transaction, on rows locked ``FOR SHARE``
@@ -30,10 +32,10 @@ from tether.store.hosts import hostname_of, runtime_gone
 from tether.store.postgres import schema, writes
 from tether.store.postgres.admin_writes import AdminWrites
 from tether.store.postgres.conn import Conn, Readers, Settings
-from tether.store.postgres.dsn import split_schema
+from tether.store.postgres.dsn import split_schema, split_writers
 from tether.store.postgres.mail import MailReads
 from tether.store.postgres.notices import Notices, channel_of
-from tether.store.postgres.writer import Cursor, Writer
+from tether.store.postgres.writer import Cursor, Writers
 from tether.store.protocol import ChangeFeed
 from tether.store.records import Batch, BatchResult
 from tether.store.urls import shown
@@ -50,7 +52,10 @@ class PostgresStore(MailReads, AdminWrites):
         schema: the schema holding the store's tables (default: the connection's default
             schema, usually ``public``); several stores can share a database in schemas of
             their own. Created with the store when missing.
-        readers: reader connections (besides the writer's; see docs/operations.md).
+        readers: reader connections (besides the writers'; see docs/operations.md).
+        writers: writer connections committing batches concurrently (default 1, or the URL's
+            ``?writers=N``; 1 commits one batch after another). One actor's writes always
+            commit in submission order, whatever the number.
         statement_timeout: seconds one statement may run before the server cancels it.
         idle_in_transaction_timeout: seconds an open transaction may idle before the server
             ends it, freeing its locks.
@@ -68,12 +73,14 @@ class PostgresStore(MailReads, AdminWrites):
         *,
         schema: str | None = None,
         readers: int = 2,
+        writers: int | None = None,
         statement_timeout: float = 30.0,
         idle_in_transaction_timeout: float = 10.0,
         retry_for: float = 30.0,
         create: bool = True,
     ) -> None:
         dsn, schema = split_schema(dsn, schema)
+        dsn, writers = split_writers(dsn, writers)
         if not isinstance(readers, int) or readers < 1:
             raise ConfigError(f"readers must be an integer >= 1, not {readers!r}")
         if schema is not None and (not isinstance(schema, str) or not schema):
@@ -96,7 +103,10 @@ class PostgresStore(MailReads, AdminWrites):
             idle_in_transaction_timeout=idle_in_transaction_timeout,
         )
         self.retry_for = retry_for
-        self._writer = Writer(self.settings, self.where, retry_for=retry_for)
+        self._writers = Writers(self.settings, self.where, count=writers, retry_for=retry_for)
+        self._writer = self._writers.first  # the one that sets up the schema and migrates
+        #: How many batches the committer may have in flight at once (``tether.runtime.lanes``).
+        self.write_lanes = writers
         self._readers = Readers(self.settings, readers, self.where)
         self._notices = Notices(self.settings, self._writer.conn)
         self._open = False
@@ -110,7 +120,7 @@ class PostgresStore(MailReads, AdminWrites):
 
     async def open(self) -> None:
         try:
-            await self._writer.open()
+            await self._writers.open()
             await self._writer.conn.call(self._ensure_schema)
             await self._readers.open()
         except psycopg.Error as exc:
@@ -142,7 +152,7 @@ class PostgresStore(MailReads, AdminWrites):
         self._open = False
         await self._notices.close()
         await self._readers.close()
-        await self._writer.close()
+        await self._writers.close()
 
     async def migrate(self, *, force: bool = False) -> tuple[int, int]:
         if self._open:
@@ -190,16 +200,16 @@ class PostgresStore(MailReads, AdminWrites):
             noticed = self._notices.inline(conn)
 
         if batch.local:  # concerns no other runtime: no notice (``Batch.local``)
-            return await self._writer.run(write, BatchResult, pipelined=True)
-        result = await self._writer.run(write, BatchResult, pipelined=True, then=notice)
+            return await self._writers.run(write, BatchResult, pipelined=True)
+        result = await self._writers.run(write, BatchResult, pipelined=True, then=notice)
         if not noticed:
             self._notices.committed()
         return result
 
     async def _commit(self, fn: Callable[[Cursor], T], result_type: type[T]) -> T:
-        """Run ``fn`` in one write transaction, exactly once (``writer.py``); then tell the
-        other processes (``notices.py``)."""
-        result = await self._writer.run(fn, result_type)
+        """Run ``fn`` in one write transaction, exactly once, with no batch in flight
+        (``Writers.alone``); then tell the other processes (``notices.py``)."""
+        result = await self._writers.alone(fn, result_type)
         self._notices.committed()
         return result
 

@@ -30,10 +30,22 @@ pipeline, goes the store's notice when one is due (``then``): outside the write 
 without a round trip of its own.
 
 Old rows of ``batches`` are deleted now and then (a retry comes seconds after its attempt).
+
+A store has ``writers`` such connections (``Writers``), each its own ``Writer``: the group
+committer's lanes commit batches on them at once (``tether.runtime.lanes``: one actor's
+writes always on one lane, so in order). The exactly-once retry above is per connection and
+per batch id: a fault on one connection is retried on that one, the others go on. A write
+outside the batches (lease renewal, a runtime's registration, a person's decision) runs
+alone: it waits until no batch is in flight and holds every writer meanwhile, as with one
+writer. Two batches of one runtime never share an actor (the lanes), so they lock disjoint
+``actors`` rows; lease renewal, which locks every row this runtime owns, would otherwise run
+beside them, and a claim of one of those rows (``FOR UPDATE SKIP LOCKED``) would skip it as
+held by someone else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -61,10 +73,12 @@ _PURGE_EVERY = 1000  # transactions between purges of old batch ids
 class Writer:
     """The store's writer connection (``PgConnection``) and its exactly-once transactions."""
 
-    def __init__(self, settings: Settings, where: str, *, retry_for: float) -> None:
+    def __init__(
+        self, settings: Settings, where: str, *, retry_for: float, name: str = "writer"
+    ) -> None:
         self.where = where
         self.retry_for = retry_for
-        self.conn = PgConnection(settings, "writer", where)
+        self.conn = PgConnection(settings, name, where)
         self._since_purge = 0
 
     async def open(self) -> None:
@@ -196,3 +210,85 @@ class Job(Generic[T]):
     result_type: type[T] | None
     pipelined: bool
     then: Callable[[Conn], None] | None
+
+
+class Writers:
+    """The store's writer connections (module docstring): a batch takes one that is free, the
+    first free one (so a process that writes one thing at a time uses, and connects, only the
+    first); a write ``alone`` waits for every one of them. Only the first connects at
+    ``open``; the others on their first write."""
+
+    def __init__(self, settings: Settings, where: str, *, count: int, retry_for: float) -> None:
+        self.all = [
+            Writer(settings, where, retry_for=retry_for, name=f"writer{i}" if i else "writer")
+            for i in range(count)
+        ]
+        self._free = list(self.all)  # in the order of ``all``
+        self._alone = 0  # writes waiting to run alone, or running: no batch takes a writer
+        self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def first(self) -> Writer:
+        return self.all[0]
+
+    async def open(self) -> None:
+        for w in self.all[1:]:
+            w.conn.start()
+        await self.first.open()
+
+    async def close(self) -> None:
+        for w in self.all:
+            await w.close()
+
+    async def run(
+        self,
+        fn: Callable[[Cursor], T],
+        result_type: type[T] | None = None,
+        *,
+        pipelined: bool = False,
+        then: Callable[[Conn], None] | None = None,
+    ) -> T:
+        """``Writer.run`` on the first free writer."""
+        while not self._free or self._alone:
+            await self._changed()
+        writer = self._free.pop(0)
+        try:
+            return await writer.run(fn, result_type, pipelined=pipelined, then=then)
+        finally:
+            self._give([writer])
+
+    async def alone(self, fn: Callable[[Cursor], T], result_type: type[T] | None = None) -> T:
+        """``Writer.run`` with no batch in flight on any writer, meanwhile or before."""
+        self._alone += 1
+        try:
+            while len(self._free) < len(self.all):
+                await self._changed()
+            taken, self._free = self._free, []
+            try:
+                return await taken[0].run(fn, result_type)
+            finally:
+                self._give(taken)
+        finally:
+            self._alone -= 1
+            self._wake()
+
+    async def _changed(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+
+    def _give(self, writers: list[Writer]) -> None:
+        self._free.extend(writers)
+        if len(self._free) > 1:
+            self._free.sort(key=self.all.index)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)

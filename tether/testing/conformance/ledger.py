@@ -69,6 +69,33 @@ async def test_effect_write_upsert_keeps_created_at_and_replaces_the_outcome(sto
     assert [e.msg_id for e in await store.find_effects(actor_id="a")] == ["m1", "m2"]
 
 
+async def test_writes_of_one_slot_in_one_batch_leave_what_writing_them_in_turn_leaves(
+    store: Store,
+) -> None:
+    """An intent and its receipt may share a batch (a deferred receipt with the next intent):
+    the row keeps the first write's identity and created_at and takes the last one's
+    outcome, as if they were applied one after another; other slots of the batch as written."""
+    fence = await owned(store, "a")
+    intent = effect("m1", 0, status="pending", created_at=NOW)
+    receipt = msgspec.structs.replace(
+        intent,
+        key="other-key",
+        status="done",
+        attempts=2,
+        result=b"\x2a",
+        history=["attempt 1: TimeoutError"],
+        created_at=NOW + 5,
+        updated_at=NOW + 5,
+    )
+    beside = effect("m1", 1, status="pending", created_at=NOW + 1)
+    writes = [EffectWrite(fence, e) for e in (intent, beside, receipt)]
+    await store.apply(Batch(effects=writes))
+    assert await store.effects_of("a", "m1") == [
+        msgspec.structs.replace(receipt, key=intent.key, created_at=NOW),
+        beside,
+    ]
+
+
 async def test_effect_write_upsert_keeps_the_slot_identity(store: Store) -> None:
     """A slot's identity (key, tool, input hash, args) is fixed by its first write: a later
     write of the slot only replaces the outcome. (The runtime always rewrites a slot from the
