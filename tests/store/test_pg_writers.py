@@ -185,9 +185,8 @@ async def test_a_fault_on_one_writer_is_retried_there_and_loses_or_doubles_nothi
 
 
 async def test_a_runtime_goes_on_after_either_writers_backend_is_terminated(pg_url: str) -> None:
-    async with tether.Runtime(pg_url, poll_interval=0.02, passivate_after=None) as rt:
-        assert isinstance(rt.store, PostgresStore)
-        store = rt.store
+    store = PostgresStore(pg_url, writers=2)
+    async with tether.Runtime(store=store, poll_interval=0.02, passivate_after=None) as rt:
         refs = [await rt.spawn(s.Account, f"acct-{i}") for i in range(8)]
 
         async def deposit_everywhere() -> None:
@@ -204,6 +203,7 @@ async def test_a_runtime_goes_on_after_either_writers_backend_is_terminated(pg_u
             if conn is not None:  # a writer connects on its first batch
                 await anyio.to_thread.run_sync(terminate, pg_url, [conn.info.backend_pid])
             await deposit_everywhere()
+        assert len(store._writers.all) == 2
         assert [await ref.ask(s.GetBalance(), timeout=20) for ref in refs] == [3] * 8
         for i in range(len(refs)):
             rows = await store.load_journal(f"acct-{i}", 0, 100)
