@@ -20,7 +20,7 @@ from tests.pg import Cluster, PgServer, unavailable, with_database
 from tests.store.pg_proxy import SilentCut
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.dsn import split_schema
-from tether.store.postgres.writer import Job
+from tether.store.postgres.writer import Job, Writer
 from tether.store.records import Batch, BatchResult, Claim, JournalRow
 from tether.testing.conformance.support import msg, owned, send, step
 
@@ -61,13 +61,12 @@ async def test_a_runtime_goes_on_after_its_writer_and_readers_backends_are_termi
         assert backends(rt.store)[0] != writer  # a new connection
 
 
-def _cut_after(store: PostgresStore, *, when: str) -> list[int]:
-    """Make the writer's next transaction lose its connection: ``"after"`` the commit (its
+def cut_first_attempt(writer: Writer, *, when: str) -> list[int]:
+    """Make ``writer``'s next transaction lose its connection: ``"after"`` the commit (its
     outcome unknown to the writer), or ``"before"`` it (the server rolls it back). The
     connection is cut for real: its backend terminates itself. Returns the list the cuts
     are counted in."""
     cuts: list[int] = []
-    writer = store._writer
     attempt = writer._attempt
 
     def cut(conn: Any) -> None:
@@ -106,7 +105,7 @@ async def test_a_batch_whose_connection_drops_at_its_commit_is_applied_once(
     try:
         fence = await owned(store, "a")
         await send(store, msg("m1"), msg("m2"))
-        cuts = _cut_after(store, when=when)
+        cuts = cut_first_attempt(store._writer, when=when)
         result = await store.apply(
             Batch(
                 claims=[Claim("a", fence, "m2")],

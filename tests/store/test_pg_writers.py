@@ -17,12 +17,12 @@ import pytest
 
 import tether
 from tests import sample_actors as s
-from tests.store.test_pg_faults import terminate
+from tests.store.test_pg_faults import cut_first_attempt, terminate
 from tether.runtime.committer import GroupCommitter, all_settled
 from tether.runtime.lanes import lane_key
 from tether.store.postgres import PostgresStore
 from tether.store.postgres.dsn import split_schema
-from tether.store.postgres.writer import Job, Writer
+from tether.store.postgres.writer import Writer
 from tether.store.records import BatchResult, JournalRow, StepCommit
 from tether.testing.conformance.support import owned
 
@@ -131,35 +131,6 @@ async def test_two_writers_commit_at_once_and_keep_each_actors_order(
         # row before it (a later transaction of one lane starts after the earlier committed).
         assert xids == sorted(xids)
         assert len(set(xids)) > 1  # over several batches
-
-
-def cut_first_attempt(writer: Writer, *, when: str) -> list[int]:
-    """Make ``writer``'s next transaction lose its connection, its backend terminated right
-    ``"after"`` its commit (the outcome unknown) or ``"before"`` it (rolled back)."""
-    cuts: list[int] = []
-    attempt = writer._attempt
-
-    def cut(conn: Any) -> None:
-        cuts.append(conn.info.backend_pid)
-        conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-
-    def flaky(conn: Any, job: Job[Any]) -> Any:
-        if cuts:
-            return attempt(conn, job)
-        if when == "before":
-
-            def then_cut(cur: Any) -> Any:
-                result = job.fn(cur)
-                cut(cur.connection)
-                return result
-
-            return attempt(conn, dataclasses.replace(job, fn=then_cut))
-        result = attempt(conn, job)
-        cut(conn)
-        return result
-
-    writer._attempt = flaky  # type: ignore[method-assign]
-    return cuts
 
 
 @pytest.mark.parametrize("when", ["after", "before"])
