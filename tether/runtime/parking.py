@@ -39,7 +39,14 @@ async def park(cell: LiveActor, m: StoredMessage, step: Step) -> None:
     cell.known.discard(m.msg_id)
     cell.claimed.discard(m.msg_id)
     rt = cell.runtime
-    if step.park_until < PARKED:
+    if step.park_until <= rt.clock():
+        # The wait was over before the park was stored (a breaker's open period ran out during
+        # the commit): the due scans may have passed its end before the row was there, and a
+        # scan that saw the stored row saw it while this cell still held the message. Either
+        # way no scan will find it again, so the cell looks at its mailbox itself.
+        cell.rescan_requested = True
+        cell.wake.set()
+    elif step.park_until < PARKED:
         rt.wake_at(step.park_until)
     if step.park_approval is not None:
         rt.approvals.requested(step.park_approval)
